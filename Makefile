@@ -1,0 +1,41 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each installs what it needs into .venv
+# from the pinned uv.lock (uv itself is installed with pip when missing).
+SHELL := /bin/bash
+UV ?= $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: install test lint typecheck pytest demo bench clean
+
+.tools/bin/uv:
+	python3 -m venv .tools && .tools/bin/pip install --quiet uv
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen
+	touch $@
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy airflow_provider_fedsched
+
+pytest: install
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# pytest runs last so that its summary line ends the output.
+test: lint typecheck pytest
+
+demo: install
+	$(PY) -m airflow_provider_fedsched.demo
+
+bench: install
+	$(PY) benchmarks/bench_engine.py
+	$(PY) benchmarks/bench_sim.py
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

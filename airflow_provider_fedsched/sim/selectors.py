@@ -1,0 +1,140 @@
+"""Label and field selectors with the Kubernetes grammar (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_provider_fedsched.sim.util import ApiError
+
+Requirement = Callable[[Mapping[str, str]], bool]
+
+_SET = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s+(in|notin)\s*\(([^)]*)\)\s*$")
+_CMP = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|!=|=)\s*([A-Za-z0-9_.-]*)\s*$")
+_EXISTS = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s*$")
+
+
+def _split_top(selector: str) -> list[str]:
+    """Split on commas that are not inside ``in (...)`` value sets."""
+    parts, depth, current = [], 0, []
+    for char in selector:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return [p for p in parts if p.strip()]
+
+
+def parse_label_selector(selector: str | None) -> Callable[[Mapping[str, str] | None], bool]:
+    """Compile a label selector into a predicate over a labels map. Bad syntax -> 400 BadRequest."""
+    requirements: list[Requirement] = []
+    for part in _split_top(selector or ""):
+        if m := _SET.match(part):
+            negate, key, op, raw = m.groups()
+            if negate:
+                raise ApiError(400, f"unable to parse requirement: {part!r}")
+            values = {v.strip() for v in raw.split(",") if v.strip()}
+            if op == "in":
+                requirements.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
+            else:
+                requirements.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+        elif m := _CMP.match(part):
+            key, op, value = m.groups()
+            if op == "!=":
+                requirements.append(lambda labels, k=key, v=value: labels.get(k) != v)
+            else:
+                requirements.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        elif m := _EXISTS.match(part):
+            negate, key = m.groups()
+            if negate:
+                requirements.append(lambda labels, k=key: k not in labels)
+            else:
+                requirements.append(lambda labels, k=key: k in labels)
+        else:
+            raise ApiError(400, f"unable to parse requirement: found '{part.strip()}', expected: identifier")
+
+    def predicate(labels: Mapping[str, str] | None) -> bool:
+        labels = labels or {}
+        return all(req(labels) for req in requirements)
+
+    return predicate
+
+
+def _pod_fields(obj: Mapping[str, Any]) -> dict[str, str]:
+    meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {})
+    return {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "spec.nodeName": spec.get("nodeName", "") or "",
+        "spec.schedulerName": spec.get("schedulerName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", "") or "",
+        "spec.restartPolicy": spec.get("restartPolicy", ""),
+        "status.phase": status.get("phase", ""),
+        "status.podIP": status.get("podIP", "") or "",
+        "status.nominatedNodeName": status.get("nominatedNodeName", "") or "",
+    }
+
+
+def _event_fields(obj: Mapping[str, Any]) -> dict[str, str]:
+    inv, meta = obj.get("involvedObject", {}), obj.get("metadata", {})
+    source = obj.get("source", {})
+    fields = {f"involvedObject.{k}": str(inv.get(k, "") or "") for k in (
+        "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")}
+    fields.update({
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "reason": obj.get("reason", "") or "",
+        "reportingComponent": obj.get("reportingComponent", "") or "",
+        "source": source.get("component", "") or "",
+        "type": obj.get("type", "") or "",
+    })
+    return fields
+
+
+def _node_fields(obj: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        "metadata.name": obj.get("metadata", {}).get("name", ""),
+        "spec.unschedulable": "true" if obj.get("spec", {}).get("unschedulable") else "false",
+    }
+
+
+def _meta_fields(obj: Mapping[str, Any]) -> dict[str, str]:
+    meta = obj.get("metadata", {})
+    return {"metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace", "") or ""}
+
+
+FIELD_GETTERS: dict[str, Callable[[Mapping[str, Any]], dict[str, str]]] = {
+    "pods": _pod_fields,
+    "events": _event_fields,
+    "nodes": _node_fields,
+}
+
+
+def parse_field_selector(plural: str, selector: str | None) -> Callable[[Mapping[str, Any]], bool]:
+    """Compile a field selector for ``plural``; unknown fields -> 400 as the apiserver answers."""
+    getter = FIELD_GETTERS.get(plural, _meta_fields)
+    probe = getter({})
+    checks: list[tuple[str, bool, str]] = []
+    for part in _split_top(selector or ""):
+        m = _CMP.match(part)
+        if not m:
+            raise ApiError(400, f"invalid selector: '{selector}'; can't understand '{part}'")
+        field, op, value = m.groups()
+        if field not in probe:
+            raise ApiError(400, f"field label not supported: {field}")
+        checks.append((field, op != "!=", value))
+
+    def predicate(obj: Mapping[str, Any]) -> bool:
+        if not checks:
+            return True
+        fields = getter(obj)
+        return all((fields.get(f) == v) == eq for f, eq, v in checks)
+
+    return predicate
