@@ -1,0 +1,1 @@
+"""Talking to member clusters: access, snapshots, failure classification."""

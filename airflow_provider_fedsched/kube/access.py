@@ -1,0 +1,204 @@
+"""How to reach one member cluster: its kubeconfig, context and namespace, resolved per cluster.
+
+Every member gets its own client configuration object; nothing here touches the process-wide default
+``kubernetes.client.Configuration``, so concurrent clients for different clusters never cross. Error
+messages name the cluster and the connection, never the kubeconfig's contents (it holds credentials).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+KUBERNETES_CONN_TYPE = "kubernetes"
+
+
+class ClusterAccessError(ValueError):
+    """A member cluster whose connection or kubeconfig cannot be used."""
+
+    def __init__(self, cluster: str, conn_id: str | None, problem: str) -> None:
+        self.cluster = cluster
+        self.conn_id = conn_id
+        self.problem = problem
+        where = f"cluster {cluster!r}" + (f" (connection {conn_id!r})" if conn_id else "")
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """Everything needed to build a client for one member cluster."""
+
+    cluster: str
+    conn_id: str | None
+    kubeconfig: Mapping[str, Any] = field(repr=False)  # holds credentials: never logged
+    context: str | None
+    namespace: str
+    verify_ssl: bool = True
+
+    @property
+    def server(self) -> str:
+        """The API server URL of the selected context (no credentials)."""
+        return _server_of(self.kubeconfig, self.context)
+
+    def sync_configuration(self) -> Any:
+        """A fresh ``kubernetes.client.Configuration`` for this cluster only."""
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_kube_config_from_dict(
+            dict(self.kubeconfig), context=self.context, client_configuration=configuration
+        )
+        configuration.verify_ssl = self.verify_ssl and configuration.verify_ssl
+        return configuration
+
+    async def async_configuration(self) -> Any:
+        """A fresh ``kubernetes_asyncio.client.Configuration`` for this cluster only."""
+        from kubernetes_asyncio import client, config
+
+        configuration = client.Configuration()
+        await config.load_kube_config_from_dict(
+            dict(self.kubeconfig), context=self.context, client_configuration=configuration
+        )
+        configuration.verify_ssl = self.verify_ssl and configuration.verify_ssl
+        return configuration
+
+
+def _server_of(kubeconfig: Mapping[str, Any], context: str | None) -> str:
+    name = context or kubeconfig.get("current-context")
+    contexts = {c.get("name"): c.get("context") or {} for c in kubeconfig.get("contexts") or []}
+    clusters = {c.get("name"): c.get("cluster") or {} for c in kubeconfig.get("clusters") or []}
+    cluster_name = contexts.get(name, {}).get("cluster")
+    return str(clusters.get(cluster_name, {}).get("server", ""))
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def parse_kubeconfig(cluster: str, conn_id: str | None, raw: Any) -> dict[str, Any]:
+    """Parse kubeconfig text (YAML or JSON) or a mapping, without echoing its contents on error."""
+    if isinstance(raw, Mapping):
+        data: Any = dict(raw)
+    else:
+        try:
+            data = yaml.safe_load(str(raw))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ClusterAccessError(cluster, conn_id, f"kubeconfig is not valid YAML or JSON{at}") from None
+    if not isinstance(data, dict) or not data.get("contexts") or not data.get("clusters"):
+        raise ClusterAccessError(
+            cluster, conn_id, "kubeconfig is malformed: it needs 'clusters' and 'contexts' lists"
+        )
+    return data
+
+
+def select_context(
+    cluster: str, conn_id: str | None, kubeconfig: Mapping[str, Any], context: str | None
+) -> str:
+    """The context to use: the one asked for, else the kubeconfig's current-context; it must exist."""
+    names = [str(c.get("name")) for c in kubeconfig.get("contexts") or []]
+    chosen = context or kubeconfig.get("current-context")
+    if not chosen:
+        if len(names) == 1:
+            return names[0]
+        raise ClusterAccessError(
+            cluster, conn_id, f"kubeconfig has no current-context; name one of: {', '.join(names)}"
+        )
+    if chosen not in names:
+        raise ClusterAccessError(
+            cluster, conn_id, f"kubeconfig context {chosen!r} does not exist (contexts: {', '.join(names)})"
+        )
+    if not _server_of(kubeconfig, str(chosen)):
+        raise ClusterAccessError(cluster, conn_id, f"kubeconfig context {chosen!r} names no cluster server")
+    return str(chosen)
+
+
+def access_from_extras(
+    cluster: str,
+    conn_id: str,
+    conn_type: str | None,
+    extras: Mapping[str, Any],
+    default_namespace: str | None,
+) -> ClusterAccess:
+    """Resolve a cncf.kubernetes ``kubernetes`` connection's extras, as KubernetesHook reads them."""
+    if conn_type != KUBERNETES_CONN_TYPE:
+        raise ClusterAccessError(
+            cluster, conn_id, f"connection type is {conn_type!r}; expected {KUBERNETES_CONN_TYPE!r}"
+        )
+
+    def field_value(name: str) -> Any:
+        # Bare key first, then the pre-2.3 prefixed form, as KubernetesHook._get_field does.
+        if name in extras:
+            return extras[name] or None
+        return extras.get(f"extra__kubernetes__{name}") or None
+
+    if _truthy(field_value("in_cluster")):
+        raise ClusterAccessError(
+            cluster, conn_id, "in_cluster connections cannot be federation members: give a kubeconfig"
+        )
+    inline, path = field_value("kube_config"), field_value("kube_config_path")
+    if inline and path:
+        raise ClusterAccessError(cluster, conn_id, "set either kube_config or kube_config_path, not both")
+    if inline:
+        kubeconfig = parse_kubeconfig(cluster, conn_id, inline)
+    elif path:
+        try:
+            text = Path(str(path)).expanduser().read_text()
+        except OSError as exc:
+            raise ClusterAccessError(
+                cluster, conn_id, f"kube_config_path {str(path)!r} cannot be read: {exc.strerror}"
+            ) from None
+        kubeconfig = parse_kubeconfig(cluster, conn_id, text)
+    else:
+        raise ClusterAccessError(cluster, conn_id, "connection has neither kube_config nor kube_config_path")
+    context = select_context(cluster, conn_id, kubeconfig, field_value("cluster_context"))
+    namespace = field_value("namespace") or default_namespace or _context_namespace(kubeconfig, context)
+    return ClusterAccess(
+        cluster=cluster,
+        conn_id=conn_id,
+        kubeconfig=kubeconfig,
+        context=context,
+        namespace=str(namespace),
+        verify_ssl=not _truthy(field_value("disable_verify_ssl")),
+    )
+
+
+def access_from_kubeconfig_file(
+    cluster: str, context: str, kubeconfig_path: str | Path, namespace: str | None = None
+) -> ClusterAccess:
+    """Resolve a member from a context of a kubeconfig file (the CLI outside Airflow)."""
+    try:
+        text = Path(kubeconfig_path).expanduser().read_text()
+    except OSError as exc:
+        raise ClusterAccessError(
+            cluster, None, f"kubeconfig {str(kubeconfig_path)!r}: {exc.strerror}"
+        ) from None
+    kubeconfig = parse_kubeconfig(cluster, None, text)
+    chosen = select_context(cluster, None, kubeconfig, context)
+    return ClusterAccess(
+        cluster=cluster,
+        conn_id=None,
+        kubeconfig=kubeconfig,
+        context=chosen,
+        namespace=namespace or _context_namespace(kubeconfig, chosen),
+    )
+
+
+def _context_namespace(kubeconfig: Mapping[str, Any], context: str) -> str:
+    for entry in kubeconfig.get("contexts") or []:
+        if entry.get("name") == context:
+            return str((entry.get("context") or {}).get("namespace") or "default")
+    return "default"
+
+
+def kubeconfig_as_json(access: ClusterAccess) -> str:
+    """The member's kubeconfig as JSON text (for a trigger's ``config_dict``; never for logs)."""
+    return json.dumps(dict(access.kubeconfig))

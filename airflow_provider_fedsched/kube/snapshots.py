@@ -1,0 +1,212 @@
+"""Condense one live cluster into a :class:`ClusterSnapshot`, and many clusters concurrently.
+
+Three list calls per cluster (nodes, non-terminal pods, resource quotas) through ``kubernetes_asyncio``,
+each cluster within its own timeout. A cluster that does not answer in time, refuses the connection,
+rejects the credentials or fails TLS verification becomes an *unreachable* snapshot whose reason says
+so; the others are not held up by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_provider_fedsched.federation.resources import (
+    PODS,
+    QuantityError,
+    ResourceList,
+    add,
+    parse_resource_list,
+    pod_requests,
+    subtract,
+)
+from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot, NodeSnapshot
+from airflow_provider_fedsched.federation.spec import Taint
+from airflow_provider_fedsched.kube.access import ClusterAccess
+
+PLACEMENT_LABEL = "fedsched.io/placement"
+"""Label every pod launched by the operator carries: lets a snapshot show which reservations landed."""
+
+NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
+_QUOTA_KEYS = {
+    "requests.cpu": "cpu",
+    "requests.memory": "memory",
+    "requests.ephemeral-storage": "ephemeral-storage",
+}
+
+
+def _quota_resource(key: str) -> str | None:
+    """Map a ResourceQuota key to the pod request it limits (``limits.*`` do not bound requests)."""
+    if key in _QUOTA_KEYS:
+        return _QUOTA_KEYS[key]
+    if key.startswith("requests."):
+        return key.removeprefix("requests.")
+    if key in ("cpu", "memory", "ephemeral-storage", PODS):
+        return key
+    return None
+
+
+def quota_headroom(quotas: Iterable[Mapping[str, Any]]) -> dict[str, ResourceList]:
+    """Per namespace, the smallest remaining ``hard - used`` over its quotas, per request resource."""
+    headroom: dict[str, ResourceList] = {}
+    for quota in quotas:
+        namespace = quota["metadata"]["namespace"]
+        status = quota.get("status") or {}
+        hard = status.get("hard") or (quota.get("spec") or {}).get("hard") or {}
+        used = status.get("used") or {}
+        remaining = headroom.setdefault(namespace, {})
+        for key, limit in hard.items():
+            resource = _quota_resource(key)
+            if resource is None:
+                continue
+            left = subtract(
+                parse_resource_list({resource: limit}), parse_resource_list({resource: used.get(key, 0)})
+            )
+            remaining[resource] = max(0, min(remaining.get(resource, left[resource]), left[resource]))
+    return headroom
+
+
+def _node_snapshot(node: Mapping[str, Any], requested: ResourceList) -> NodeSnapshot:
+    metadata, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return NodeSnapshot(
+        name=metadata["name"],
+        allocatable=parse_resource_list(status.get("allocatable") or status.get("capacity")),
+        requested=requested,
+        labels=metadata.get("labels") or {},
+        taints=[
+            Taint(key=t["key"], value=t.get("value") or "", effect=t["effect"])
+            for t in spec.get("taints") or []
+        ],
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+    )
+
+
+def condense(
+    cluster: str,
+    nodes: list[Mapping[str, Any]],
+    pods: list[Mapping[str, Any]],
+    quotas: list[Mapping[str, Any]],
+    observed_at: datetime,
+) -> ClusterSnapshot:
+    """Build a snapshot from the API's JSON lists (pods already filtered to non-terminal ones)."""
+    requested: dict[str, ResourceList] = {}
+    placements: list[str] = []
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:
+            continue  # Pending and unbound: not on any node yet (reservations cover it)
+        try:
+            requests = pod_requests(pod["spec"])
+        except QuantityError:
+            continue  # the API server would not have admitted it; never let one pod hide a cluster
+        requested[node_name] = add(requested.get(node_name, {}), {**requests, PODS: 1})
+        placement = ((pod.get("metadata") or {}).get("labels") or {}).get(PLACEMENT_LABEL)
+        if placement:
+            placements.append(placement)
+    return ClusterSnapshot(
+        cluster=cluster,
+        observed_at=observed_at,
+        nodes=[_node_snapshot(node, requested.get(node["metadata"]["name"], {})) for node in nodes],
+        quota_headroom=quota_headroom(quotas),
+        placements=sorted(placements),
+    )
+
+
+def describe_failure(access: ClusterAccess, exc: BaseException, timeout: float) -> str:
+    """A one-line reason naming the cluster's connection; never the kubeconfig or a token."""
+    from aiohttp import ClientConnectorCertificateError, ClientConnectorError, ClientSSLError
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    source = f"connection {access.conn_id!r}" if access.conn_id else f"context {access.context!r}"
+    server = access.server
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return f"no answer from {server} within {timeout:g}s ({source})"
+    if isinstance(exc, ClientConnectorCertificateError | ClientSSLError | ssl.SSLError):
+        return f"TLS verification failed for {server} ({source})"
+    if isinstance(exc, ClientConnectorError):
+        return f"API server {server} unreachable: {exc.os_error.strerror or exc.os_error} ({source})"
+    if isinstance(exc, ApiException):
+        if exc.status == 401:
+            return f"API server {server} rejected the credentials (401 Unauthorized) ({source})"
+        if exc.status == 403:
+            return f"API server {server} forbids listing nodes, pods or quotas (403 Forbidden) ({source})"
+        return f"API server {server} answered {exc.status} {exc.reason} ({source})"
+    return f"{type(exc).__name__} while reading {server} ({source})"
+
+
+async def _list_all(api: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    nodes_call = api.list_node(_preload_content=False)
+    pods_call = api.list_pod_for_all_namespaces(field_selector=NON_TERMINAL, _preload_content=False)
+    quotas_call = api.list_resource_quota_for_all_namespaces(_preload_content=False)
+    responses = await asyncio.gather(nodes_call, pods_call, quotas_call)
+    bodies = [await response.json() for response in responses]
+    for response in responses:
+        response.release()
+    return bodies[0]["items"], bodies[1]["items"], bodies[2]["items"]
+
+
+async def collect_snapshot(
+    access: ClusterAccess, timeout: float, clock: Callable[[], datetime] | None = None
+) -> ClusterSnapshot:
+    """Snapshot one cluster within ``timeout`` seconds; failures become an unreachable snapshot."""
+    from kubernetes_asyncio import client
+
+    now = clock or (lambda: datetime.now(UTC))
+
+    async def read() -> ClusterSnapshot:
+        configuration = await access.async_configuration()
+        async with client.ApiClient(configuration=configuration) as api_client:
+            nodes, pods, quotas = await _list_all(client.CoreV1Api(api_client))
+        return condense(access.cluster, nodes, pods, quotas, observed_at=now())
+
+    try:
+        return await asyncio.wait_for(read(), timeout)
+    except Exception as exc:
+        return ClusterSnapshot(
+            cluster=access.cluster,
+            observed_at=now(),
+            reachable=False,
+            reason=describe_failure(access, exc, timeout),
+        )
+
+
+async def collect_snapshots(accesses: Iterable[ClusterAccess], timeout: float) -> dict[str, ClusterSnapshot]:
+    """Snapshot every cluster concurrently, each within its own ``timeout``."""
+    accesses = list(accesses)
+    results = await asyncio.gather(*(collect_snapshot(access, timeout) for access in accesses))
+    return {snapshot.cluster: snapshot for snapshot in results}
+
+
+async def delete_pods(
+    access: ClusterAccess, pods: Iterable[tuple[str, str]], timeout: float
+) -> list[tuple[str, str]]:
+    """Delete ``(namespace, name)`` pods in one cluster; return those confirmed gone (deleted or 404)."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    gone: list[tuple[str, str]] = []
+
+    async def run() -> None:
+        configuration = await access.async_configuration()
+        async with client.ApiClient(configuration=configuration) as api_client:
+            api = client.CoreV1Api(api_client)
+            for namespace, name in pods:
+                try:
+                    await api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        continue
+                gone.append((namespace, name))
+
+    # Still unreachable: the pods stay on the list for the next snapshot.
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(run(), timeout)
+    return gone

@@ -1,0 +1,257 @@
+"""Shared federation state: snapshots, cooldowns, reservations and per-cluster history.
+
+Every worker process of an Airflow deployment must see the same cooldowns and snapshots, without an extra
+service. The default backend keeps them in Airflow Variables (through the Task SDK inside a task, through
+the metadata database elsewhere: the API server, the CLI, tests); an in-memory backend serves unit tests
+and the CLI outside Airflow. Values are JSON.
+
+Keys are ``fedsched/<federation>/<kind>/<cluster>[/<id>]``. Items that many writers add concurrently
+(reservations) get a key each, so that no read-modify-write can lose one.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from airflow_provider_fedsched.federation.resources import ResourceList, add
+from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
+
+HISTORY_LIMIT = 200
+"""Samples kept per cluster and kind (utilization, start latency, outcomes)."""
+RESERVATION_TTL = timedelta(minutes=10)
+"""A reservation older than this is dropped even if no snapshot has shown its pod (a lost worker)."""
+
+
+class StateBackend(Protocol):
+    """A small key-value store of JSON values shared by every worker process."""
+
+    def get(self, key: str) -> Any | None: ...
+
+    def set(self, key: str, value: Any) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def keys(self, prefix: str) -> list[str]: ...
+
+
+class MemoryStateBackend:
+    """Process-local state, for unit tests and the CLI outside Airflow."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Any | None:
+        with self._lock:
+            return self._values.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._values[key] = value
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._values.pop(key, None)
+
+    def keys(self, prefix: str) -> list[str]:
+        with self._lock:
+            return sorted(k for k in self._values if k.startswith(prefix))
+
+
+def _in_task_runner() -> bool:
+    try:
+        from airflow.sdk.execution_time import task_runner
+    except ImportError:  # pragma: no cover - Airflow is a dependency
+        return False
+    return getattr(task_runner, "SUPERVISOR_COMMS", None) is not None
+
+
+class AirflowVariableStateBackend:
+    """Airflow Variables: the Task SDK inside a running task, the metadata database elsewhere."""
+
+    def get(self, key: str) -> Any | None:
+        return self._read(key, deserialize_json=True)
+
+    def get_raw(self, key: str) -> str | None:
+        """A Variable's text as stored (for values that are not ours, like a federation spec)."""
+        value = self._read(key, deserialize_json=False)
+        return None if value is None else str(value)
+
+    def _read(self, key: str, deserialize_json: bool) -> Any | None:
+        if _in_task_runner():
+            from airflow.sdk import Variable as SdkVariable
+
+            return SdkVariable.get(key, default=None, deserialize_json=deserialize_json)
+        from airflow.models import Variable
+
+        return Variable.get(key, default_var=None, deserialize_json=deserialize_json)
+
+    def set(self, key: str, value: Any) -> None:
+        if _in_task_runner():
+            from airflow.sdk import Variable as SdkVariable
+
+            SdkVariable.set(key, value, serialize_json=True)
+            return
+        from airflow.models import Variable
+
+        Variable.set(key, value, serialize_json=True)
+
+    def delete(self, key: str) -> None:
+        if _in_task_runner():
+            from airflow.sdk import Variable as SdkVariable
+
+            SdkVariable.delete(key)
+            return
+        from airflow.models import Variable
+
+        Variable.delete(key)
+
+    def keys(self, prefix: str) -> list[str]:
+        if _in_task_runner():
+            from airflow.sdk import Variable as SdkVariable
+
+            return sorted(SdkVariable.keys(prefix=prefix))
+        from airflow.models import Variable
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            rows = session.query(Variable.key).filter(Variable.key.startswith(prefix)).all()
+        return sorted(row[0] for row in rows)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+def _parse(moment: str) -> datetime:
+    return datetime.fromisoformat(moment).astimezone(UTC)
+
+
+class FederationState:
+    """Typed access to the shared state of one federation."""
+
+    def __init__(self, backend: StateBackend, federation: str = "default") -> None:
+        self.backend = backend
+        self.prefix = f"fedsched/{federation}"
+
+    def _key(self, kind: str, cluster: str, item: str | None = None) -> str:
+        return f"{self.prefix}/{kind}/{cluster}" + (f"/{item}" if item else "")
+
+    # Snapshots --------------------------------------------------------------------------------------
+    def put_snapshot(self, snapshot: ClusterSnapshot) -> None:
+        self.backend.set(self._key("snapshot", snapshot.cluster), snapshot.model_dump(mode="json"))
+
+    def get_snapshot(self, cluster: str) -> ClusterSnapshot | None:
+        raw = self.backend.get(self._key("snapshot", cluster))
+        return ClusterSnapshot.model_validate(raw) if raw else None
+
+    def snapshots(self, clusters: Iterable[str]) -> dict[str, ClusterSnapshot]:
+        found = {name: self.get_snapshot(name) for name in clusters}
+        return {name: snap for name, snap in found.items() if snap is not None}
+
+    # Cooldowns --------------------------------------------------------------------------------------
+    def cool_down(self, cluster: str, until: datetime, reason: str) -> None:
+        self.backend.set(self._key("cooldown", cluster), {"until": _iso(until), "reason": reason})
+
+    def clear_cooldown(self, cluster: str) -> None:
+        self.backend.delete(self._key("cooldown", cluster))
+
+    def cooldown(self, cluster: str, now: datetime) -> tuple[datetime, str] | None:
+        """``(until, reason)`` while ``cluster`` is cooling down at ``now``."""
+        raw = self.backend.get(self._key("cooldown", cluster))
+        if not raw:
+            return None
+        until = _parse(raw["until"])
+        return (until, str(raw.get("reason", ""))) if until > now else None
+
+    def cooldowns(self, clusters: Iterable[str], now: datetime) -> dict[str, datetime]:
+        result: dict[str, datetime] = {}
+        for name in clusters:
+            found = self.cooldown(name, now)
+            if found is not None:
+                result[name] = found[0]
+        return result
+
+    # In-flight reservations -------------------------------------------------------------------------
+    def reserve(
+        self, cluster: str, requests: Mapping[str, int], now: datetime, placement_id: str | None = None
+    ) -> str:
+        """Hold ``requests`` on ``cluster`` until a snapshot taken after ``now`` shows the pod bound."""
+        placement_id = placement_id or uuid.uuid4().hex
+        self.backend.set(
+            self._key("reservation", cluster, placement_id),
+            {"requests": dict(requests), "at": _iso(now), "placement_id": placement_id},
+        )
+        return placement_id
+
+    def release(self, cluster: str, placement_id: str) -> None:
+        self.backend.delete(self._key("reservation", cluster, placement_id))
+
+    def reservations(
+        self, snapshots: Mapping[str, ClusterSnapshot], now: datetime
+    ) -> dict[str, ResourceList]:
+        """Per cluster, the requests reserved but not yet visible in that cluster's snapshot."""
+        result: dict[str, ResourceList] = {}
+        for key in self.backend.keys(f"{self.prefix}/reservation/"):
+            cluster, placement_id = key.rsplit("/", 2)[-2:]
+            raw = self.backend.get(key)
+            if not raw:
+                continue
+            at = _parse(raw["at"])
+            snapshot = snapshots.get(cluster)
+            seen = snapshot is not None and snapshot.observed_at > at and placement_id in snapshot.placements
+            if seen or now - at > RESERVATION_TTL:
+                self.backend.delete(key)
+                continue
+            result[cluster] = add(result.get(cluster, {}), raw["requests"])
+        return result
+
+    # Single-flight refresh lease --------------------------------------------------------------------
+    def try_lease(self, cluster: str, owner: str, now: datetime, ttl: timedelta) -> bool:
+        """Best-effort lease so that one worker refreshes a cluster while the others read its snapshot.
+
+        Variables have no compare-and-set, so the lease is written and read back: two workers racing
+        inside that window may both refresh, which costs one extra API call and breaks nothing.
+        """
+        key = self._key("lease", cluster)
+        current = self.backend.get(key)
+        if current and current.get("owner") != owner and _parse(current["until"]) > now:
+            return False
+        self.backend.set(key, {"owner": owner, "until": _iso(now + ttl)})
+        confirmed = self.backend.get(key)
+        return bool(confirmed) and confirmed.get("owner") == owner
+
+    def end_lease(self, cluster: str, owner: str) -> None:
+        key = self._key("lease", cluster)
+        current = self.backend.get(key)
+        if current and current.get("owner") == owner:
+            self.backend.delete(key)
+
+    # Pods to delete when their cluster answers again ------------------------------------------------
+    def add_orphan(self, cluster: str, namespace: str, pod: str) -> None:
+        """Remember a pod that could not be confirmed deleted (its cluster stopped answering)."""
+        self.backend.set(
+            self._key("orphan", cluster, f"{namespace}.{pod}"), {"namespace": namespace, "pod": pod}
+        )
+
+    def orphans(self, cluster: str) -> list[tuple[str, str]]:
+        found = (self.backend.get(key) for key in self.backend.keys(self._key("orphan", cluster) + "/"))
+        return [(raw["namespace"], raw["pod"]) for raw in found if raw]
+
+    def forget_orphan(self, cluster: str, namespace: str, pod: str) -> None:
+        self.backend.delete(self._key("orphan", cluster, f"{namespace}.{pod}"))
+
+    # History ----------------------------------------------------------------------------------------
+    def record(self, cluster: str, kind: str, sample: Mapping[str, Any]) -> None:
+        """Append a history sample (``kind``: utilization, start_latency, outcome), keeping the newest."""
+        key = self._key(f"history-{kind}", cluster)
+        samples = list(self.backend.get(key) or [])
+        samples.append(dict(sample))
+        self.backend.set(key, samples[-HISTORY_LIMIT:])
+
+    def history(self, cluster: str, kind: str) -> list[dict[str, Any]]:
+        return list(self.backend.get(self._key(f"history-{kind}", cluster)) or [])
