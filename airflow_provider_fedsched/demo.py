@@ -1,45 +1,186 @@
-"""``make demo``: the main job on the embedded default.
+"""``make demo``: the main job on the embedded default, from nothing to a summary in about a minute.
 
-Today it asks the scoring engine, through ``fedsched place``, where each kind of task of the example
-federation would run, and prints the decision tables. Later work grows it into a real DAG run against the
-simulated federation.
+1. Start the simulated federation (three Kubernetes API servers on loopback) and write its kubeconfig,
+   federation spec and Airflow connections.
+2. Set up an Airflow home on SQLite (``.demo/airflow``) with those connections.
+3. Prepare two incidents: another team's job takes the remaining ``etl`` quota on the cheapest cluster
+   right after the federation's last snapshot, and the preemptible task's first pod is evicted mid-run.
+4. Run ``example_dags/example_federated_dag.py`` with ``airflow dags test``, stop everything, and print
+   where each task ran and why, read back from the ``fedsched_placement`` XComs.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
-from airflow_provider_fedsched.cli import main as fedsched
+import yaml
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "example_dags"
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "example_dags"
+DAG_ID = "example_federated"
+WORK = REPO / ".demo"
 
-SCENARIOS: list[tuple[str, list[str]]] = [
-    ("A GPU training task goes to the GPU pool", ["--cpu", "4", "--memory", "16Gi", "--gpu", "2",
-     "--toleration", "nvidia.com/gpu=present:NoSchedule"]),
-    ("A task reading sovereign EU data stays in eu-west-1", ["--cpu", "2", "--memory", "4Gi",
-     "--dataset", "eu-customers"]),
-    ("A task reading 2 TB of clickstream runs where the data is", ["--cpu", "2", "--memory", "8Gi",
-     "--dataset", "clickstream-archive", "--duration", "30m"]),
-    ("A plain CPU task goes where CPU is cheapest", ["--cpu", "2", "--memory", "4Gi"]),
-    ("The cheapest cluster is cooling down after a failure", ["--cpu", "2", "--memory", "4Gi",
-     "--cooldown", "east-cpu"]),
-    ("No cluster can ever take a 64-GPU pod", ["--cpu", "8", "--gpu", "64",
-     "--toleration", "nvidia.com/gpu=present:NoSchedule"]),
-]
+
+def log(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+def airflow_env(sim_env: dict[str, str], federation: Path) -> dict[str, str]:
+    home = WORK / "airflow"
+    return {
+        **os.environ,
+        **sim_env,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLES),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
+        "AIRFLOW__FEDSCHED__FEDERATION_SPEC": str(federation),
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+    }
+
+
+def airflow(args: list[str], env: dict[str, str], log_file: Path) -> int:
+    executable = Path(sys.executable).with_name("airflow")
+    with log_file.open("a") as out:
+        return subprocess.call([str(executable), *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def evict_first_backfill_pod(fed: Any, stop: threading.Event) -> None:
+    """The incident for ``resumable_backfill``: evict its first pod once it is running."""
+    while not stop.is_set():
+        for name, handle in fed.handles.items():
+            for pod in handle.pods():
+                labels = pod["metadata"].get("labels") or {}
+                if (
+                    labels.get("task_id") == "resumable_backfill"
+                    and labels.get("fedsched.io/cluster-attempt") == "1"
+                    and pod["status"].get("phase") == "Running"
+                ):
+                    time.sleep(1.0)  # let it make some progress before the node runs out of memory
+                    log(f"incident: node-pressure eviction of {pod['metadata']['name']} on {name}")
+                    handle.faults.evict_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
+                    return
+        stop.wait(0.2)
+
+
+def summarize(env: dict[str, str]) -> list[dict[str, Any]]:
+    """Read every task's placement record back from the Airflow metadata database."""
+    code = (
+        "import json; from airflow.models.xcom import XComModel; from airflow.utils.session import create_session\n"
+        "with create_session() as s:\n"
+        f"    rows = s.query(XComModel).filter(XComModel.dag_id=={DAG_ID!r}, XComModel.key=='fedsched_placement')\n"
+        "    print(json.dumps([r.value for r in rows]))\n"
+    )
+    output = (
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    import json
+
+    records = [json.loads(v) if isinstance(v, str) else v for v in json.loads(output)]
+    return sorted(records, key=lambda r: r["started_at"])
+
+
+def print_summary(records: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Where each task ran, and why")
+    for column in ("task", "ran on", "attempts", "why"):
+        table.add_column(column, overflow="fold")
+    for record in records:
+        attempts = " -> ".join(f"{a['cluster']} ({a['outcome']})" for a in record["attempts"])
+        last = record["attempts"][-1] if record["attempts"] else {}
+        why = last.get("decision", "")
+        left = [
+            f"{a['cluster']}: {a['reason']}"
+            for a in record["attempts"]
+            if a["outcome"] not in ("succeeded", "running")
+        ]
+        if left:
+            why += "; left " + "; ".join(left)
+        if last.get("resumed_from_checkpoint"):
+            why += "; resumed from checkpoint"
+        table.add_row(record["task_id"], record.get("cluster") or "-", attempts, why)
+    Console(width=160, color_system=None).print(table)
 
 
 def main() -> int:
-    federation = EXAMPLES / "federation.yaml"
-    snapshots = EXAMPLES / "snapshots.yaml"
-    for title, args in SCENARIOS:
-        print(f"\n=== {title}\n$ fedsched place --federation {federation.name} --snapshots {snapshots.name} "
-              + " ".join(args), flush=True)
-        code = fedsched(["place", "--federation", str(federation), "--snapshots", str(snapshots), *args])
-        print(f"(exit {code})", flush=True)
-        if code not in (0, 3):
-            return code
-    return 0
+    from airflow_provider_fedsched.sim import SimFederation
+
+    started = time.monotonic()
+    shutil.rmtree(WORK, ignore_errors=True)
+    (WORK / "airflow").mkdir(parents=True)
+    log_file = WORK / "airflow.log"
+    with SimFederation(state_dir=WORK / "sim", time_scale=0.5) as fed:
+        federation = WORK / "sim" / "federation.yaml"
+        spec = yaml.safe_load(federation.read_text())
+        # Snapshots are reused for up to half this TTL: the quota incident below happens inside that window.
+        spec["policy"]["snapshot_ttl_seconds"] = 120
+        federation.write_text(yaml.safe_dump(spec, sort_keys=False))
+        for cluster in fed.clusters.values():
+            fed.call(cluster.create_namespace, "etl")
+        fed["east-cpu"].set_quota("etl", {"requests.cpu": "4", "pods": "20"}, name="etl-compute")
+        log(f"simulated federation up: {', '.join(f'{n} at {c.url}' for n, c in fed.clusters.items())}")
+        env = airflow_env(fed.airflow_env_vars(), federation)
+        log("migrating the Airflow metadata database (SQLite)")
+        if airflow(["db", "migrate"], env, log_file) != 0:
+            log(f"airflow db migrate failed; see {log_file}")
+            return 1
+        log("taking the federation's first snapshot")
+        snapshot = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from airflow_provider_fedsched.hooks.federation import FederationHook; FederationHook().collect()",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if snapshot.returncode != 0:
+            log(f"snapshot failed: {snapshot.stderr.strip().splitlines()[-1:]}")
+            return 1
+        log("incident: another team's job takes the remaining etl quota on east-cpu (after the snapshot)")
+        fed["east-cpu"].create_pod(
+            "etl",
+            {
+                "metadata": {"name": "other-team-etl", "annotations": {"sim.fedsched.io/duration": "3600"}},
+                "spec": {
+                    "containers": [
+                        {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "3"}}}
+                    ]
+                },
+            },
+        )
+        stop = threading.Event()
+        watcher = threading.Thread(target=evict_first_backfill_pod, args=(fed, stop), daemon=True)
+        watcher.start()
+        log(f"running `airflow dags test {DAG_ID}` (task logs in {log_file.relative_to(REPO)})")
+        code = airflow(["dags", "test", DAG_ID], env, log_file)
+        stop.set()
+        watcher.join(timeout=5)
+        left = [
+            f"{name}/{p['metadata']['namespace']}/{p['metadata']['name']}"
+            for name, handle in fed.handles.items()
+            for p in handle.pods()
+            if p["metadata"]["name"] != "other-team-etl"
+        ]
+    records = summarize(env)
+    print()
+    print_summary(records)
+    log(f"pods left behind in any cluster: {len(left)}{' ' + ', '.join(left) if left else ''}")
+    log(f"DAG run {'succeeded' if code == 0 else 'FAILED'} in {time.monotonic() - started:.0f}s end to end")
+    return code
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 XCOM_KEY = "fedsched_placement"
 RECORD_VERSION = 1
 
-AttemptOutcome = Literal["running", "succeeded", "failed", "insufficient", "evicted", "unreachable"]
+AttemptOutcome = Literal[
+    "running", "succeeded", "failed", "insufficient", "evicted", "unreachable", "misconfigured"
+]
 """``failed`` is the task's own failure; ``insufficient``/``evicted``/``unreachable`` moved the task."""
 
 

@@ -7,6 +7,7 @@ task's own failure (a non-zero exit code fails the try as KubernetesPodOperator 
 * ``evicted``: the pod was evicted or preempted (reason ``Evicted``, a ``DisruptionTarget`` condition,
   a ``Preempted``/``Evicted``/``TaintManagerEviction`` event).
 * ``unreachable``: the API server did not answer.
+* ``misconfigured``: the cluster lacks what the pod needs from it (its namespace does not exist).
 
 The functions read the API's JSON (dicts), so they are shared by the sync and deferrable paths.
 """
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-FailureKind = Literal["insufficient", "evicted", "unreachable"]
+FailureKind = Literal["insufficient", "evicted", "unreachable", "misconfigured"]
 
 DISRUPTION_EVENTS = frozenset({"Preempted", "Evicted", "TaintManagerEviction"})
 
@@ -87,3 +88,19 @@ def quota_exceeded(status: int | None, body: str | bytes | None) -> ClusterFailu
     except ValueError:
         message = text
     return ClusterFailure("insufficient", f"quota: {message}")
+
+
+def missing_namespace(status: int | None, body: str | bytes | None) -> ClusterFailure | None:
+    """A 404 on create because the namespace does not exist in this cluster."""
+    if status != 404 or not body:
+        return None
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    if '"kind":"namespaces"' not in text.replace(" ", "") and "namespaces " not in text:
+        return None
+    try:
+        import json
+
+        message = json.loads(text).get("message") or text
+    except ValueError:
+        message = text
+    return ClusterFailure("misconfigured", str(message))

@@ -34,6 +34,7 @@ from airflow_provider_fedsched.kube.access import ClusterAccessError
 from airflow_provider_fedsched.kube.failures import (
     ClusterFailure,
     disruption,
+    missing_namespace,
     quota_exceeded,
     unschedulable_message,
 )
@@ -452,9 +453,11 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             return self._failure
         for error in _chain(exc):
             if isinstance(error, ApiException):
-                quota = quota_exceeded(error.status, error.body)
-                if quota is not None:
-                    return quota
+                found = quota_exceeded(error.status, error.body) or missing_namespace(
+                    error.status, error.body
+                )
+                if found is not None:
+                    return found
                 if error.status in (500, 502, 503, 504):
                     return ClusterFailure("unreachable", f"API server answered {error.status} {error.reason}")
             if _is_connection_error(error):

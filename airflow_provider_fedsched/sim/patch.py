@@ -82,7 +82,11 @@ def _merge_keyed_list(target: list[Any], patch: list[Any], merge_key: str) -> li
                 return [p for p in patch if not (isinstance(p, dict) and "$patch" in p)]
             continue
         index = next(
-            (i for i, cur in enumerate(result) if isinstance(cur, dict) and cur.get(merge_key) == item[merge_key]),
+            (
+                i
+                for i, cur in enumerate(result)
+                if isinstance(cur, dict) and cur.get(merge_key) == item[merge_key]
+            ),
             None,
         )
         if item.get("$patch") == "delete":
@@ -105,7 +109,9 @@ def apply_patch(obj: dict[str, Any], body: Any, content_type: str) -> dict[str, 
         try:
             result = jsonpatch.apply_patch(obj, body, in_place=False)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-            raise ApiError(422, f"the server rejected our request due to an error in our request: {exc}") from None
+            raise ApiError(
+                422, f"the server rejected our request due to an error in our request: {exc}"
+            ) from None
         return dict(result)
     if not isinstance(body, dict):
         raise ApiError(400, "patch body must be a JSON object")

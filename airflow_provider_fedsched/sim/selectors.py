@@ -1,4 +1,4 @@
-"""Label and field selectors with the Kubernetes grammar (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``)."""
+"""Label and field selectors with the Kubernetes grammar (``=``, ``!=``, ``in``, ``notin``, ``!key``...)."""
 
 from __future__ import annotations
 
@@ -85,16 +85,20 @@ def _pod_fields(obj: Mapping[str, Any]) -> dict[str, str]:
 def _event_fields(obj: Mapping[str, Any]) -> dict[str, str]:
     inv, meta = obj.get("involvedObject", {}), obj.get("metadata", {})
     source = obj.get("source", {})
-    fields = {f"involvedObject.{k}": str(inv.get(k, "") or "") for k in (
-        "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")}
-    fields.update({
-        "metadata.name": meta.get("name", ""),
-        "metadata.namespace": meta.get("namespace", ""),
-        "reason": obj.get("reason", "") or "",
-        "reportingComponent": obj.get("reportingComponent", "") or "",
-        "source": source.get("component", "") or "",
-        "type": obj.get("type", "") or "",
-    })
+    fields = {
+        f"involvedObject.{k}": str(inv.get(k, "") or "")
+        for k in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+    }
+    fields.update(
+        {
+            "metadata.name": meta.get("name", ""),
+            "metadata.namespace": meta.get("namespace", ""),
+            "reason": obj.get("reason", "") or "",
+            "reportingComponent": obj.get("reportingComponent", "") or "",
+            "source": source.get("component", "") or "",
+            "type": obj.get("type", "") or "",
+        }
+    )
     return fields
 
 

@@ -85,7 +85,10 @@ class ApiError(Exception):
 def not_found(plural: str, name: str, group: str = "") -> ApiError:
     resource = f"{plural}.{group}" if group else plural
     return ApiError(
-        404, f'{resource} "{name}" not found', "NotFound", {"name": name, "kind": plural, "group": group or None}
+        404,
+        f'{resource} "{name}" not found',
+        "NotFound",
+        {"name": name, "kind": plural, "group": group or None},
     )
 
 

@@ -23,7 +23,9 @@ def kubeconfig(*contexts: str, current: str | None = None) -> dict:
         "kind": "Config",
         "clusters": [{"name": c, "cluster": {"server": f"https://{c}.example:6443"}} for c in contexts],
         "users": [{"name": c, "user": {"token": SECRET}} for c in contexts],
-        "contexts": [{"name": c, "context": {"cluster": c, "user": c, "namespace": "team"}} for c in contexts],
+        "contexts": [
+            {"name": c, "context": {"cluster": c, "user": c, "namespace": "team"}} for c in contexts
+        ],
         **({"current-context": current} if current else {}),
     }
 
@@ -59,14 +61,22 @@ def test_kubeconfig_path(tmp_path: Path) -> None:
     [
         ("http", {"kube_config": "{}"}, "connection type is 'http'; expected 'kubernetes'"),
         ("kubernetes", {}, "neither kube_config nor kube_config_path"),
-        ("kubernetes", {"kube_config": f"token: {SECRET}\n  bad: [yaml"}, "kubeconfig is not valid YAML or JSON"),
+        (
+            "kubernetes",
+            {"kube_config": f"token: {SECRET}\n  bad: [yaml"},
+            "kubeconfig is not valid YAML or JSON",
+        ),
         ("kubernetes", {"kube_config": json.dumps({"token": SECRET})}, "kubeconfig is malformed"),
         (
             "kubernetes",
             {"kube_config": json.dumps(kubeconfig("a")), "cluster_context": "nope"},
             "kubeconfig context 'nope' does not exist (contexts: a)",
         ),
-        ("kubernetes", {"kube_config_path": "/no/such/file"}, "kube_config_path '/no/such/file' cannot be read"),
+        (
+            "kubernetes",
+            {"kube_config_path": "/no/such/file"},
+            "kube_config_path '/no/such/file' cannot be read",
+        ),
         ("kubernetes", {"in_cluster": True}, "in_cluster connections cannot be federation members"),
         (
             "kubernetes",

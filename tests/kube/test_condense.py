@@ -31,7 +31,10 @@ def pod(name: str, node_name: str | None, cpu: str, placement: str | None = None
 def test_requests_add_up_per_node_and_unbound_pods_are_not_counted() -> None:
     snapshot = condense(
         "east",
-        [node("n1", "8"), node("n2", "4", ready="False", spec={"taints": [{"key": "k", "effect": "NoSchedule"}]})],
+        [
+            node("n1", "8"),
+            node("n2", "4", ready="False", spec={"taints": [{"key": "k", "effect": "NoSchedule"}]}),
+        ],
         [pod("a", "n1", "1500m", placement="p-1"), pod("b", "n1", "500m"), pod("c", None, "2")],
         [],
         NOW,
@@ -54,6 +57,9 @@ def test_quota_headroom_is_the_smallest_remaining_per_namespace() -> None:
             },
         },
         {"metadata": {"namespace": "etl"}, "status": {"hard": {"cpu": "2"}, "used": {"cpu": "1"}}},
-        {"metadata": {"namespace": "full"}, "status": {"hard": {"requests.memory": "1Gi"}, "used": {"requests.memory": "2Gi"}}},
+        {
+            "metadata": {"namespace": "full"},
+            "status": {"hard": {"requests.memory": "1Gi"}, "used": {"requests.memory": "2Gi"}},
+        },
     ]
     assert quota_headroom(quotas) == {"etl": {"cpu": 500, "pods": 7}, "full": {"memory": 0}}

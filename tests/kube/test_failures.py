@@ -28,7 +28,9 @@ def test_unschedulable_message_is_the_schedulers() -> None:
 
 
 def test_node_pressure_eviction() -> None:
-    pod = {"status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}}
+    pod = {
+        "status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+    }
     found = disruption(pod)
     assert found is not None and found.kind == "evicted" and found.resumable
     assert "low on resource: memory" in found.reason
@@ -43,7 +45,9 @@ def test_disruption_target_condition_and_preempted_event() -> None:
     }
     found = disruption(pod)
     assert found is not None and found.reason.startswith("PreemptionByScheduler")
-    gone = disruption(None, [{"reason": "Scheduled"}, {"reason": "Preempted", "message": "Preempted by pod x"}])
+    gone = disruption(
+        None, [{"reason": "Scheduled"}, {"reason": "Preempted", "message": "Preempted by pod x"}]
+    )
     assert gone is not None and gone.reason == "Preempted: Preempted by pod x"
 
 

@@ -1,0 +1,306 @@
+"""Cluster snapshots: what each member cluster's nodes had free when last observed.
+
+Models hold scheduler units (see :mod:`resources`); the snapshot *file* uses human quantities and is read by
+:func:`load_snapshots` and written by :func:`dump_snapshots`. Each :class:`ClusterSnapshot` builds a
+:class:`ClusterIndex` the first time the engine looks at it, so a decision never re-scans a cluster whose
+nodes cannot matter. Snapshots are frozen; build a new one rather than mutating lists in place (the
+index would go stale).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from airflow_provider_fedsched.federation._loading import SpecError, join_path, load_document, spec_error
+from airflow_provider_fedsched.federation.resources import (
+    QuantityError,
+    ResourceList,
+    format_quantity,
+    parse_resource_list,
+)
+from airflow_provider_fedsched.federation.spec import Taint
+
+__all__ = [
+    "ClusterIndex",
+    "ClusterSnapshot",
+    "NodeGroup",
+    "NodeSnapshot",
+    "dump_snapshots",
+    "load_snapshots",
+]
+
+HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+def _non_negative(value: ResourceList) -> ResourceList:
+    for name, amount in value.items():
+        if amount < 0:
+            raise ValueError(f"{name}: {amount} is negative")
+    return value
+
+
+class NodeSnapshot(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    allocatable: ResourceList
+    requested: ResourceList = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    ready: bool = True
+    unschedulable: bool = False
+
+    @field_validator("allocatable", "requested")
+    @classmethod
+    def _check_non_negative(cls, value: ResourceList) -> ResourceList:
+        return _non_negative(value)
+
+    @property
+    def free(self) -> ResourceList:
+        """Allocatable minus requested, per allocatable resource, never below zero."""
+        requested = self.requested
+        return {name: max(0, amount - requested.get(name, 0)) for name, amount in self.allocatable.items()}
+
+    @property
+    def schedulable(self) -> bool:
+        return self.ready and not self.unschedulable
+
+    def hard_taints(self) -> tuple[Taint, ...]:
+        """The taints that keep a pod off unless tolerated (PreferNoSchedule only lowers preference)."""
+        return tuple(taint for taint in self.taints if taint.effect in HARD_EFFECTS)
+
+
+@dataclass(slots=True)
+class IndexedNode:
+    name: str
+    labels: dict[str, str]
+    allocatable: ResourceList
+    free: ResourceList
+    schedulable: bool
+
+
+@dataclass(slots=True)
+class NodeGroup:
+    """Nodes sharing the same hard taints: tolerating them is decided once per group, not per node."""
+
+    taints: tuple[Taint, ...]
+    nodes: list[IndexedNode]
+    """Every node, schedulable ones first, each part in descending free cpu (fit checks stop early)."""
+    max_allocatable: ResourceList
+    max_free: ResourceList
+    """Largest free amount per resource over the schedulable nodes."""
+    schedulable_count: int
+    sorted_free: dict[str, list[int]]
+    """Per resource, the schedulable nodes' free amounts in ascending order (bisect counts shortfalls)."""
+    sorted_allocatable: dict[str, list[int]]
+    """Per resource, every node's allocatable amount in ascending order."""
+
+
+@dataclass(slots=True)
+class ClusterIndex:
+    groups: list[NodeGroup]
+    node_count: int
+    total_allocatable: ResourceList
+    """Over schedulable nodes."""
+    total_free: ResourceList
+    """Over schedulable nodes."""
+
+
+def _build_index(nodes: list[NodeSnapshot]) -> ClusterIndex:
+    by_taints: dict[tuple[Taint, ...], list[IndexedNode]] = {}
+    total_allocatable: ResourceList = {}
+    total_free: ResourceList = {}
+    for node in nodes:
+        free = node.free
+        indexed = IndexedNode(node.name, node.labels, node.allocatable, free, node.schedulable)
+        by_taints.setdefault(node.hard_taints(), []).append(indexed)
+        if node.schedulable:
+            for name, amount in node.allocatable.items():
+                total_allocatable[name] = total_allocatable.get(name, 0) + amount
+            for name, amount in free.items():
+                total_free[name] = total_free.get(name, 0) + amount
+    groups: list[NodeGroup] = []
+    for taints, members in by_taints.items():
+        members.sort(key=lambda n: (not n.schedulable, -n.free.get("cpu", 0), n.name))
+        max_allocatable: ResourceList = {}
+        max_free: ResourceList = {}
+        for member in members:
+            for name, amount in member.allocatable.items():
+                max_allocatable[name] = max(max_allocatable.get(name, 0), amount)
+            if member.schedulable:
+                for name, amount in member.free.items():
+                    max_free[name] = max(max_free.get(name, 0), amount)
+        schedulable = [member for member in members if member.schedulable]
+        sorted_free = {name: sorted(m.free.get(name, 0) for m in schedulable) for name in max_allocatable}
+        sorted_allocatable = {
+            name: sorted(m.allocatable.get(name, 0) for m in members) for name in max_allocatable
+        }
+        groups.append(
+            NodeGroup(
+                taints, members, max_allocatable, max_free, len(schedulable), sorted_free, sorted_allocatable
+            )
+        )
+    # Untainted nodes first: most tasks tolerate nothing, and they are where fits are usually found.
+    groups.sort(key=lambda g: (len(g.taints), [str(t) for t in g.taints]))
+    return ClusterIndex(groups, len(nodes), total_allocatable, total_free)
+
+
+class ClusterSnapshot(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: str
+    observed_at: datetime
+    reachable: bool = True
+    reason: str | None = None
+    """Why the cluster was unreachable, when it was."""
+    nodes: list[NodeSnapshot] = Field(default_factory=list)
+    quota_headroom: dict[str, ResourceList] = Field(default_factory=dict)
+    """Namespace -> what its ResourceQuota still allows; a namespace absent here has no quota."""
+    placements: list[str] = Field(default_factory=list)
+    """Placement ids (``fedsched.io/placement`` label) of pods bound to a node when observed: an
+    in-flight reservation is released once its placement shows up here."""
+
+    _index: ClusterIndex | None = PrivateAttr(default=None)
+
+    @field_validator("observed_at")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        # A naive timestamp is taken as UTC: snapshots are written by machines, in UTC.
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    @field_validator("quota_headroom")
+    @classmethod
+    def _quota_non_negative(cls, value: dict[str, ResourceList]) -> dict[str, ResourceList]:
+        for headroom in value.values():
+            _non_negative(headroom)
+        return value
+
+    @property
+    def index(self) -> ClusterIndex:
+        """Per-cluster precomputation for the fit checks, built once on first use."""
+        # Read the private slot directly: pydantic's attribute hook costs microseconds per access, which
+        # adds up over 1,000 clusters per decision.
+        private = self.__pydantic_private__
+        index: ClusterIndex | None = private.get("_index") if private is not None else None
+        if index is None:
+            index = _build_index(self.nodes)
+            self._index = index
+        return index
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ClusterSnapshot:
+        """A copy; with ``update`` the copy rebuilds its own index (the nodes may differ)."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy._index = None
+        return copy
+
+    def age_seconds(self, now: datetime) -> float:
+        return (now - self.observed_at).total_seconds()
+
+
+def _parse_quantities(values: Any, path: str) -> ResourceList:
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise SpecError(f"{path}: expected a mapping of resource name to quantity")
+    try:
+        return parse_resource_list(values)
+    except QuantityError as exc:
+        # parse_resource_list prefixes the resource name: "cpu: '-1' is negative".
+        name, _, message = str(exc).partition(": ")
+        raise SpecError(f"{path}.{name}: {message}") from None
+
+
+def _snapshot_from_file(raw: Any, path: str) -> ClusterSnapshot:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{path}: expected a mapping")
+    document = dict(raw)
+    nodes = document.get("nodes") or []
+    if not isinstance(nodes, list):
+        raise SpecError(f"{path}.nodes: expected a list")
+    parsed_nodes = []
+    for position, node in enumerate(nodes):
+        node_path = f"{path}.nodes[{position}]"
+        if not isinstance(node, Mapping):
+            raise SpecError(f"{node_path}: expected a mapping")
+        node = dict(node)
+        for key in ("allocatable", "requested"):
+            if key in node:
+                node[key] = _parse_quantities(node[key], f"{node_path}.{key}")
+        parsed_nodes.append(node)
+    document["nodes"] = parsed_nodes
+    quota = document.get("quota_headroom") or {}
+    if not isinstance(quota, Mapping):
+        raise SpecError(f"{path}.quota_headroom: expected a mapping of namespace to resources")
+    document["quota_headroom"] = {
+        str(ns): _parse_quantities(values, f"{path}.quota_headroom.{ns}") for ns, values in quota.items()
+    }
+    try:
+        return ClusterSnapshot.model_validate(document)
+    except ValidationError as exc:
+        raise spec_error(exc, path) from None
+
+
+def load_snapshots(
+    source: str | Path | Mapping[str, Any],
+) -> dict[str, ClusterSnapshot]:
+    """Read a snapshot file (path, YAML/JSON text or mapping with a ``clusters`` list), keyed by cluster."""
+    document = load_document(source, "snapshot")
+    unknown = sorted(set(document) - {"clusters"})
+    if unknown:
+        raise SpecError(f"{unknown[0]}: unknown key (a snapshot file has only 'clusters')")
+    clusters = document.get("clusters") or []
+    if not isinstance(clusters, list):
+        raise SpecError("clusters: expected a list")
+    snapshots: dict[str, ClusterSnapshot] = {}
+    for position, raw in enumerate(clusters):
+        path = f"clusters[{position}]"
+        snapshot = _snapshot_from_file(raw, path)
+        if snapshot.cluster in snapshots:
+            raise SpecError(
+                f"{join_path(path, 'cluster')}: duplicate snapshot for cluster '{snapshot.cluster}'"
+            )
+        snapshots[snapshot.cluster] = snapshot
+    return snapshots
+
+
+def _format_resources(values: Mapping[str, int]) -> dict[str, str]:
+    return {name: format_quantity(name, amount) for name, amount in values.items()}
+
+
+def dump_snapshots(snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, Any]:
+    """The snapshot file document (human quantities); :func:`load_snapshots` reads it back unchanged."""
+    clusters = []
+    for name in sorted(snapshots):
+        snapshot = snapshots[name]
+        entry: dict[str, Any] = {
+            "cluster": snapshot.cluster,
+            "observed_at": snapshot.observed_at.isoformat(),
+            "reachable": snapshot.reachable,
+        }
+        if snapshot.reason is not None:
+            entry["reason"] = snapshot.reason
+        entry["nodes"] = [
+            {
+                "name": node.name,
+                "allocatable": _format_resources(node.allocatable),
+                "requested": _format_resources(node.requested),
+                "labels": dict(node.labels),
+                "taints": [taint.model_dump() for taint in node.taints],
+                "ready": node.ready,
+                "unschedulable": node.unschedulable,
+            }
+            for node in snapshot.nodes
+        ]
+        if snapshot.quota_headroom:
+            entry["quota_headroom"] = {
+                ns: _format_resources(values) for ns, values in snapshot.quota_headroom.items()
+            }
+        clusters.append(entry)
+    return {"clusters": clusters}

@@ -1,0 +1,242 @@
+"""Simulator configuration (YAML or dict), validated with pydantic; errors name the field path."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from airflow_provider_fedsched.federation.resources import QuantityError, parse_quantity
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class SimConfigError(ValueError):
+    """A bad simulator config; the message names the field path (``clusters[1].node_pools[0].cpu: ...``)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _quantity(value: Any) -> str:
+    try:
+        parse_quantity(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+    return str(value)
+
+
+class Taint(_Model):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class Prices(_Model):
+    cpu_hour: float = Field(0.0, ge=0)
+    memory_gib_hour: float = Field(0.0, ge=0)
+    gpu_hour: float = Field(0.0, ge=0)
+    egress_gb: float = Field(0.0, ge=0)
+
+
+class NodePool(_Model):
+    name: str = "pool"
+    count: int = Field(1, ge=0, le=1000)
+    cpu: str = "4"
+    memory: str = "16Gi"
+    pods: int = Field(110, ge=1)
+    extra: dict[str, str] = Field(default_factory=dict, description="extended resources, e.g. nvidia.com/gpu")
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+
+    @field_validator("cpu", "memory", mode="before")
+    @classmethod
+    def _check_quantity(cls, value: Any) -> str:
+        return _quantity(value)
+
+    @field_validator("extra", mode="before")
+    @classmethod
+    def _check_extra(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): _quantity(v) for k, v in value.items()}
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError(f"{value!r} must be a DNS label (lower-case letters, digits, '-')")
+        return value
+
+
+class ClusterConfig(_Model):
+    name: str
+    region: str = "local-1"
+    group: str = "local"
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(
+        default_factory=list, description="cluster-level taints for the placement engine"
+    )
+    prices: Prices = Field(default_factory=Prices)
+    node_pools: list[NodePool] = Field(default_factory=lambda: [NodePool()])
+    quotas: dict[str, dict[str, str]] = Field(default_factory=dict, description="namespace -> hard limits")
+    namespaces: list[str] = Field(
+        default_factory=list, description="extra namespaces besides default/kube-system"
+    )
+    port: int = Field(0, ge=0, le=65535)
+    token: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value) or len(value) > 40:
+            raise ValueError(f"{value!r} must be a DNS label of at most 40 characters")
+        return value
+
+    @field_validator("quotas", mode="before")
+    @classmethod
+    def _check_quotas(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                str(ns): {str(k): _quantity(v) for k, v in (hard or {}).items()} for ns, hard in value.items()
+            }
+        return value
+
+    @model_validator(mode="after")
+    def _unique_pools(self) -> ClusterConfig:
+        names = [p.name for p in self.node_pools]
+        if len(names) != len(set(names)):
+            raise ValueError("node_pools: pool names must be unique")
+        return self
+
+
+class DatasetConfig(_Model):
+    name: str
+    cluster: str
+    size_gb: float = Field(ge=0)
+    allowed_regions: list[str] | None = None
+
+
+class SimConfig(_Model):
+    time_scale: float = Field(1.0, gt=0, le=100)
+    clusters: list[ClusterConfig] = Field(min_length=1)
+    datasets: list[DatasetConfig] = Field(default_factory=list)
+    policy: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check_refs(self) -> SimConfig:
+        names = [c.name for c in self.clusters]
+        if len(names) != len(set(names)):
+            raise ValueError("clusters: cluster names must be unique")
+        for i, ds in enumerate(self.datasets):
+            if ds.cluster not in names:
+                raise ValueError(f"datasets[{i}].cluster: unknown cluster {ds.cluster!r}")
+        return self
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def parse_config(data: Any, source: str = "config") -> SimConfig:
+    """Validate a config mapping; raise :class:`SimConfigError` naming the first bad field."""
+    if not isinstance(data, dict):
+        raise SimConfigError(f"{source}: expected a mapping with a 'clusters' list")
+    try:
+        return SimConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = _format_loc(tuple(err["loc"]))
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{loc}: {msg}" if loc else msg)
+        raise SimConfigError(f"{source}: " + "; ".join(lines)) from None
+
+
+def load_config(path: str | Path) -> SimConfig:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SimConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SimConfigError(f"{path}: invalid YAML: {exc}") from None
+    return parse_config(data, str(path))
+
+
+def default_config(time_scale: float = 1.0) -> SimConfig:
+    """Three clusters: cheap CPU in cn-east, pricey GPUs in cn-north, mid-size general in eu-west."""
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    return parse_config(
+        {
+            "time_scale": time_scale,
+            "clusters": [
+                {
+                    "name": "east-cpu",
+                    "region": "cn-east-1",
+                    "group": "cn-east",
+                    "labels": {"gpu": "false", "colocation-ready": "true"},
+                    "prices": {"cpu_hour": 0.02, "memory_gib_hour": 0.002, "gpu_hour": 0, "egress_gb": 0.05},
+                    "node_pools": [{"name": "cpu", "count": 3, "cpu": "8", "memory": "32Gi"}],
+                },
+                {
+                    "name": "north-gpu",
+                    "region": "cn-north-1",
+                    "group": "cn-north",
+                    "labels": {"gpu": "true"},
+                    "prices": {
+                        "cpu_hour": 0.06,
+                        "memory_gib_hour": 0.006,
+                        "gpu_hour": 2.5,
+                        "egress_gb": 0.08,
+                    },
+                    "node_pools": [
+                        {
+                            "name": "gpu",
+                            "count": 4,
+                            "cpu": "8",
+                            "memory": "64Gi",
+                            "extra": {"nvidia.com/gpu": "2"},
+                            "labels": {"accelerator": "nvidia"},
+                            "taints": [gpu_taint],
+                        },
+                        {"name": "cpu", "count": 1, "cpu": "8", "memory": "32Gi"},
+                    ],
+                },
+                {
+                    "name": "west-general",
+                    "region": "eu-west-1",
+                    "group": "eu-west",
+                    "labels": {"gpu": "false"},
+                    "prices": {"cpu_hour": 0.04, "memory_gib_hour": 0.004, "gpu_hour": 0, "egress_gb": 0.09},
+                    "node_pools": [{"name": "general", "count": 4, "cpu": "16", "memory": "64Gi"}],
+                },
+            ],
+            "datasets": [
+                {
+                    "name": "user-events",
+                    "cluster": "east-cpu",
+                    "size_gb": 500,
+                    "allowed_regions": ["cn-east-1", "cn-north-1"],
+                },
+                {
+                    "name": "eu-customers",
+                    "cluster": "west-general",
+                    "size_gb": 50,
+                    "allowed_regions": ["eu-west-1"],
+                },
+                {"name": "clickstream-archive", "cluster": "north-gpu", "size_gb": 2000},
+            ],
+        },
+        "default config",
+    )

@@ -1,0 +1,158 @@
+"""Fault operations by name, shared by the Python handles and the HTTP control endpoint.
+
+Control endpoint (its own port, so it survives a cluster's ``down``):
+``POST /sim/v1/clusters/{cluster}/faults`` with ``Authorization: Bearer <that cluster's token>``
+and a JSON body ``{"kind": KIND, "args": {...}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from airflow_provider_fedsched.sim.util import ApiError
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.sim.cluster import Cluster
+
+HIGH_PRIORITY_CLASS = "fedsched-sim-high"
+
+FAULT_KINDS: dict[str, str] = {
+    "latency": "seconds=S: add S real seconds before every API answer (0 = off)",
+    "down": "[seconds=S]: stop listening (ECONNREFUSED); back up after S seconds if given",
+    "up": "listen again on the same port",
+    "fail": "status=503 times=1 [route=REGEX] [retry_after=S] [method=M]: error burst",
+    "drop-watches": "end every open watch stream",
+    "expire-watches": "send 410 Expired on every open watch and compact history",
+    "node-not-ready": "node=NAME: kubelet stops reporting; unreachable taints; taint-manager eviction",
+    "node-ready": "node=NAME: the node recovers",
+    "evict": "namespace=NS name=POD [resource=memory]: node-pressure eviction by the kubelet",
+    "api-evict": "namespace=NS name=POD: API-initiated eviction",
+    "priority-pod": "name=POD [namespace=default] [cpu=1] [memory=1Gi] [priority=1000000]: submit a "
+    "high-priority pod that may preempt",
+    "pause-scheduler": "stop scheduling (pods stay Pending, no events)",
+    "resume-scheduler": "resume scheduling",
+    "clear": "remove latency and pending error bursts",
+}
+
+
+async def apply_fault(cluster: Cluster, kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    faults = cluster.faults
+    a = dict(args)
+    try:
+        if kind == "latency":
+            faults.latency(float(a.get("seconds", 0)))
+        elif kind == "down":
+            await faults.down()
+            if a.get("seconds") is not None:
+                loop = asyncio.get_running_loop()
+                loop.call_later(float(a["seconds"]), lambda: asyncio.ensure_future(faults.up()))
+        elif kind == "up":
+            await faults.up()
+        elif kind == "fail":
+            faults.fail(
+                int(a.get("status", 503)),
+                int(a.get("times", 1)),
+                a.get("route"),
+                int(a["retry_after"]) if a.get("retry_after") is not None else None,
+                a.get("method"),
+            )
+        elif kind == "drop-watches":
+            return {"watches": faults.drop_watches()}
+        elif kind == "expire-watches":
+            return {"watches": faults.expire_watches()}
+        elif kind == "node-not-ready":
+            faults.node_not_ready(str(a["node"]))
+        elif kind == "node-ready":
+            faults.node_ready(str(a["node"]))
+        elif kind == "evict":
+            faults.evict_pod(
+                str(a.get("namespace", "default")), str(a["name"]), str(a.get("resource", "memory"))
+            )
+        elif kind == "api-evict":
+            cluster.evict(str(a.get("namespace", "default")), str(a["name"]))
+        elif kind == "priority-pod":
+            submit_priority_pod(
+                cluster,
+                str(a["name"]),
+                str(a.get("namespace", "default")),
+                str(a.get("cpu", "1")),
+                str(a.get("memory", "1Gi")),
+                int(a.get("priority", 1000000)),
+            )
+        elif kind == "pause-scheduler":
+            faults.pause_scheduler()
+        elif kind == "resume-scheduler":
+            faults.resume_scheduler()
+        elif kind == "clear":
+            faults.clear()
+        else:
+            raise ApiError(400, f"unknown fault kind {kind!r}; known: {', '.join(sorted(FAULT_KINDS))}")
+    except KeyError as exc:
+        raise ApiError(400, f"fault {kind!r} needs argument {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise ApiError(400, f"fault {kind!r}: bad argument: {exc}") from None
+    return {"ok": True}
+
+
+def submit_priority_pod(
+    cluster: Cluster, name: str, namespace: str, cpu: str, memory: str, priority: int
+) -> dict[str, Any]:
+    class_name = f"{HIGH_PRIORITY_CLASS}-{priority}"
+    if cluster.store.get("priorityclasses", "", class_name) is None:
+        cluster.store.create(
+            "priorityclasses",
+            {
+                "metadata": {"name": class_name},
+                "value": priority,
+                "preemptionPolicy": "PreemptLowerPriority",
+                "globalDefault": False,
+            },
+        )
+    return cluster.create_pod(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "priorityClassName": class_name,
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "base",
+                        "image": "busybox:1.36",
+                        "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                    }
+                ],
+            },
+        },
+    )
+
+
+def build_control_app(clusters: Mapping[str, Cluster]) -> web.Application:
+    async def faults(request: web.Request) -> web.Response:
+        name = request.match_info["cluster"]
+        cluster = clusters.get(name)
+        try:
+            if cluster is None:
+                raise ApiError(404, f"unknown cluster {name!r}")
+            if request.headers.get("Authorization") != f"Bearer {cluster.token}":
+                raise ApiError(401, "Unauthorized")
+            body = json.loads(await request.read() or b"{}")
+            result = await apply_fault(cluster, str(body.get("kind", "")), body.get("args") or {})
+        except ApiError as exc:
+            return web.json_response(exc.status(), status=exc.code)
+        except ValueError:
+            return web.json_response(ApiError(400, "body must be JSON").status(), status=400)
+        return web.json_response(result)
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"clusters": {n: c.url for n, c in clusters.items()}})
+
+    app = web.Application()
+    app.router.add_post("/sim/v1/clusters/{cluster}/faults", faults)
+    app.router.add_get("/sim/v1/clusters", health)
+    return app

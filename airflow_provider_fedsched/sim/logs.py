@@ -1,0 +1,110 @@
+"""``GET .../pods/{name}/log``: kubelet-style container logs with follow, timestamps and filters."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from multidict import MultiMapping
+
+from airflow_provider_fedsched.sim.kubelet import LogBuffer
+from airflow_provider_fedsched.sim.util import ApiError, parse_time, rfc3339nano
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.sim.cluster import Cluster
+
+
+def _true(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "1")
+
+
+def _select_container(pod: dict[str, Any], query: MultiMapping[str]) -> str:
+    name = pod["metadata"]["name"]
+    spec = pod["spec"]
+    names = [c["name"] for c in spec.get("containers") or []]
+    init_names = [c["name"] for c in spec.get("initContainers") or []]
+    container = query.get("container")
+    if not container:
+        if len(names) == 1:
+            return names[0]
+        raise ApiError(
+            400,
+            f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
+            + (f" or one of the init containers: [{' '.join(init_names)}]" if init_names else ""),
+        )
+    if container not in names + init_names:
+        raise ApiError(400, f"container {container} is not valid for pod {name}")
+    return container
+
+
+def _format(line: tuple[float, str], timestamps: bool) -> bytes:
+    ts, text = line
+    return ((rfc3339nano(ts) + " " if timestamps else "") + text + "\n").encode()
+
+
+async def pod_log(request: web.Request, cluster: Cluster, namespace: str, name: str) -> web.StreamResponse:
+    query = request.query
+    pod = cluster.store.require("pods", namespace, name)
+    container = _select_container(pod, query)
+    uid = pod["metadata"]["uid"]
+    statuses = {cs["name"]: cs for cs in (pod.get("status") or {}).get("containerStatuses") or []}
+    status = statuses.get(container)
+    buffer: LogBuffer | None
+    if _true(query.get("previous")):
+        buffer = cluster.kubelet.previous_logs.get((uid, container))
+        if buffer is None:
+            raise ApiError(400, f'previous terminated container "{container}" in pod "{name}" not found')
+    else:
+        buffer = cluster.kubelet.logs.get((uid, container))
+        if buffer is None:
+            state = (status or {}).get("state") or {"waiting": {"reason": "ContainerCreating"}}
+            if "waiting" in state:
+                reason = state["waiting"].get("reason", "ContainerCreating")
+                raise ApiError(400, f'container "{container}" in pod "{name}" is waiting to start: {reason}')
+            buffer = LogBuffer(done=True)
+    timestamps = _true(query.get("timestamps"))
+    follow = _true(query.get("follow"))
+    since: float | None = None
+    if query.get("sinceSeconds"):
+        since = time.time() - float(query["sinceSeconds"])
+    elif query.get("sinceTime"):
+        since = parse_time(query["sinceTime"])
+    limit = int(query["limitBytes"]) if query.get("limitBytes") else None
+    lines = [ln for ln in buffer.lines if since is None or ln[0] >= since]
+    if query.get("tailLines"):
+        tail = int(query["tailLines"])
+        lines = lines[-tail:] if tail else []
+    if not follow:
+        body = b"".join(_format(ln, timestamps) for ln in lines)
+        return web.Response(body=body[:limit] if limit is not None else body, content_type="text/plain")
+    response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    sent = 0
+    position = len(buffer.lines)
+
+    async def write(chunk: bytes) -> bool:
+        nonlocal sent
+        if limit is not None:
+            chunk = chunk[: max(0, limit - sent)]
+        if chunk:
+            await response.write(chunk)
+            sent += len(chunk)
+        return limit is None or sent < limit
+
+    try:
+        for line in lines:
+            if not await write(_format(line, timestamps)):
+                return response
+        while not buffer.done:
+            changed = buffer.changed
+            await changed.wait()
+            for line in buffer.lines[position:]:
+                if not await write(_format(line, timestamps)):
+                    return response
+            position = len(buffer.lines)
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client stopped following
+    return response

@@ -1,0 +1,224 @@
+"""``fedsched place`` through the real entry point: exit codes, JSON, and errors without tracebacks."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_fedsched import cli
+from airflow_provider_fedsched.cli_place import parse_duration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
+BASE = [
+    "place",
+    "--federation",
+    str(EXAMPLES / "federation.yaml"),
+    "--snapshots",
+    str(EXAMPLES / "snapshots.yaml"),
+]
+
+
+@pytest.fixture(autouse=True)
+def sim_cli_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli.build_parser also registers the simulator's commands; stand in for them if not built yet."""
+    try:
+        importlib.import_module("airflow_provider_fedsched.sim.cli")
+    except ImportError:
+        stub = types.ModuleType("airflow_provider_fedsched.sim.cli")
+        stub.add_parser = lambda subparsers: subparsers.add_parser("sim")  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "airflow_provider_fedsched.sim.cli", stub)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main([*BASE, *argv])
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def test_places_a_cpu_task_next_to_its_data_and_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--cpu", "4", "--memory", "8Gi", "--dataset", "user-events")
+    assert code == cli.EXIT_OK
+    assert "Decision: PLACED -> east-cpu" in out
+    assert "west-general" in out and "Sovereignty" in out
+    assert "\x1b[" not in out
+
+
+def test_json_output_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "--gpu", "1", "--cpu", "2", "--toleration", "nvidia.com/gpu=present:NoSchedule", "--json"
+    )
+    assert code == cli.EXIT_OK
+    data = json.loads(out)
+    assert {"outcome", "cluster", "candidates", "rejected", "reason"} <= set(data)
+    assert data["cluster"] == "north-gpu"
+    assert {r["cluster"]: r["plugin"] for r in data["rejected"]} == {
+        "east-cpu": "Capacity",
+        "west-general": "Capacity",
+    }
+
+
+def test_gpu_without_toleration_is_impossible(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--gpu", "1", "--json")
+    assert code == cli.EXIT_NOT_PLACED
+    data = json.loads(out)
+    assert data["outcome"] == "impossible" and data["cluster"] is None
+    north = next(r for r in data["rejected"] if r["cluster"] == "north-gpu")
+    assert "untolerated taint {nvidia.com/gpu: present}" in north["reason"]
+
+
+def test_conflicting_sovereignty_is_impossible_and_cooldown_means_wait(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "--dataset", "user-events", "--dataset", "eu-customers", "--json")
+    assert code == cli.EXIT_NOT_PLACED and json.loads(out)["outcome"] == "impossible"
+    code, out, _ = run(
+        capsys, "--cooldown", "east-cpu", "--cooldown", "north-gpu", "--cooldown", "west-general", "--json"
+    )
+    assert code == cli.EXIT_NOT_PLACED and json.loads(out)["outcome"] == "wait"
+
+
+def test_now_defaults_to_the_newest_observation_and_can_make_snapshots_stale(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "--json")
+    assert code == cli.EXIT_OK
+    assert max(json.loads(out)["snapshot_age_seconds"].values()) <= 15
+    code, out, _ = run(capsys, "--now", "2025-06-01T09:00:00Z", "--json")
+    assert code == cli.EXIT_NOT_PLACED
+    assert {r["plugin"] for r in json.loads(out)["rejected"]} == {"Freshness"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--dataset", "nope"], "request.datasets[0]: unknown dataset 'nope'"),
+        (["--cpu", "-4"], "request.resources.cpu: '-4' is negative"),
+        (["--memory", "8GB"], "request.resources.memory:"),
+        (["--resource", "example.com/fpga"], "--resource: 'example.com/fpga' is not of the form key=value"),
+        (["--toleration", "k=v:Sometimes"], "--toleration: 'k=v:Sometimes' is not a valid toleration"),
+        (["--duration", "forever"], "--duration: 'forever' is not a duration"),
+        (["--now", "tomorrow"], "--now: 'tomorrow' is not an ISO 8601 timestamp"),
+        (["--cooldown", "mars"], "--cooldown: unknown cluster 'mars'"),
+        (["--cluster", "mars"], "request.clusters[0]: unknown cluster 'mars'"),
+        (["--weight", "cost=-1"], "--weight: policy.weights.cost:"),
+        (["--weight", "cost=nan"], "--weight: policy.weights.cost:"),
+        (["--forecast", "east-cpu=high"], "--forecast: 'high' for east-cpu is not a number"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_field(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == cli.EXIT_BAD_INPUT
+    assert message in err
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_bad_files_exit_2_naming_the_file_and_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    snapshots = str(EXAMPLES / "snapshots.yaml")
+    federation = (EXAMPLES / "federation.yaml").read_text()
+    cases: list[tuple[list[str], str]] = [
+        (
+            ["--federation", str(tmp_path / "missing.yaml"), "--snapshots", snapshots],
+            "cannot read federation spec",
+        ),
+        (
+            ["--federation", write(tmp_path, "bad.yaml", "clusters: [\n"), "--snapshots", snapshots],
+            "malformed YAML",
+        ),
+        (
+            [
+                "--federation",
+                write(tmp_path, "dup.yaml", federation.replace("name: west-general", "name: east-cpu")),
+                "--snapshots",
+                snapshots,
+            ],
+            "clusters[2].name: duplicate cluster name 'east-cpu'",
+        ),
+        (
+            [
+                "--federation",
+                write(tmp_path, "region.yaml", federation.replace("[eu-west-1]", "[eu-west-9]")),
+                "--snapshots",
+                snapshots,
+            ],
+            "datasets[1].allowed_regions[0]: unknown region 'eu-west-9'",
+        ),
+        (
+            [
+                "--federation",
+                write(
+                    tmp_path,
+                    "effect.yaml",
+                    federation.replace('    labels: {gpu: "true"}', "    taints: [{key: a, effect: Never}]"),
+                ),
+                "--snapshots",
+                snapshots,
+            ],
+            "clusters[1].taints[0].effect:",
+        ),
+        (
+            [
+                "--federation",
+                str(EXAMPLES / "federation.yaml"),
+                "--snapshots",
+                write(
+                    tmp_path,
+                    "snap.yaml",
+                    (EXAMPLES / "snapshots.yaml").read_text().replace("memory: 64Gi", "memory: 64GiB", 1),
+                ),
+            ],
+            "clusters[0].nodes[0].allocatable.memory:",
+        ),
+    ]
+    for files, message in cases:
+        try:
+            code = cli.main(["place", *files])
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        assert code == cli.EXIT_BAD_INPUT, (files, out, err)
+        assert message in err and "Traceback" not in err
+        assert err.startswith("fedsched place: error: --")
+
+
+def test_missing_required_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["place", "--federation", "x.yaml"])
+    assert info.value.code == 2
+    assert "--snapshots" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("3600", 3600), ("90m", 5400), ("1h30m", 5400), ("2d", 172800), ("45s", 45)]
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_parser_registers_a_handler() -> None:
+    from airflow_provider_fedsched import cli_place
+
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    cli_place.add_parser(subparsers)
+    args: Any = parser.parse_args(["place", "--federation", "f", "--snapshots", "s"])
+    assert args.handler is cli_place.run_place

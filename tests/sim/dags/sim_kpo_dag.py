@@ -1,0 +1,43 @@
+"""Plain KubernetesPodOperator DAGs run against the simulator by tests/sim/test_kpo.py."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import DAG
+
+with DAG("sim_kpo_success", start_date=datetime(2024, 1, 1), schedule=None, catchup=False):
+    KubernetesPodOperator(
+        task_id="run",
+        name="sim-kpo-ok",
+        namespace="default",
+        kubernetes_conn_id="k8s_east_cpu",
+        image="busybox:1.36",
+        cmds=["sh", "-c", "echo hello"],
+        annotations={
+            "sim.fedsched.io/logs": json.dumps(["hello from the sim", "second line"]),
+            "sim.fedsched.io/duration": "2",
+            "sim.fedsched.io/xcom": json.dumps({"answer": 42}),
+        },
+        do_xcom_push=True,
+        get_logs=True,
+        startup_check_interval_seconds=1,
+        on_finish_action="delete_pod",
+    )
+
+with DAG("sim_kpo_unschedulable", start_date=datetime(2024, 1, 1), schedule=None, catchup=False):
+    KubernetesPodOperator(
+        task_id="too_big",
+        name="sim-kpo-big",
+        namespace="default",
+        kubernetes_conn_id="k8s_east_cpu",
+        image="busybox:1.36",
+        container_resources={"requests": {"cpu": "64"}},
+        schedule_timeout_seconds=3,
+        startup_timeout_seconds=3,
+        startup_check_interval_seconds=1,
+        get_logs=False,
+        retries=0,
+    )

@@ -1,0 +1,96 @@
+"""Contract tests through kubernetes_asyncio and two kubectl versions, against every generated context."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes_asyncio import client as aclient
+from kubernetes_asyncio import config as aconfig
+from kubernetes_asyncio import watch as awatch
+
+from airflow_provider_fedsched.sim import SimFederation
+from tests.sim.conftest import pod_body, unique
+
+KUBECTL = Path("/usr/lib/google-cloud-sdk/bin")
+VERSIONS = [v for v in ("1.27", "1.33") if (KUBECTL / f"kubectl.{v}").exists()]
+
+
+def test_kubernetes_asyncio(fed: SimFederation) -> None:
+    async def scenario() -> None:
+        api_client = await aconfig.new_client_from_config(str(fed.kubeconfig_path), context="west-general")
+        async with api_client:
+            api = aclient.CoreV1Api(api_client)
+            name = unique("async")
+            await api.create_namespaced_pod(
+                "default", pod_body(name, annotations={"sim.fedsched.io/logs": "one\ntwo"})
+            )
+            seen = []
+            w = awatch.Watch()
+            async for event in w.stream(
+                api.list_namespaced_pod, "default", field_selector=f"metadata.name={name}", timeout_seconds=10
+            ):
+                seen.append(event["object"].status.phase)
+                if event["object"].status.phase == "Succeeded":
+                    w.stop()
+            assert seen[-1] == "Succeeded"
+            logs = await api.read_namespaced_pod_log(name, "default")
+            assert logs.splitlines() == ["one", "two"]
+            events = await api.list_namespaced_event("default", field_selector=f"involvedObject.name={name}")
+            assert "Scheduled" in {e.reason for e in events.items}
+            await api.delete_namespaced_pod(name, "default")
+
+    asyncio.run(scenario())
+
+
+def _kubectl(version: str, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        [str(KUBECTL / f"kubectl.{version}"), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+    )
+    assert result.returncode == 0, f"kubectl {version} {args}: {result.stderr}"
+    return result.stdout
+
+
+@pytest.mark.skipif(not VERSIONS, reason="no kubectl binaries")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kubectl_against_every_context(fed: SimFederation, version: str, tmp_path: Path) -> None:
+    kubeconfig = fed.kubeconfig_path
+    for handle in fed:
+        ctx = ["--context", handle.name]
+        nodes = json.loads(_kubectl(version, kubeconfig, *ctx, "get", "nodes", "-o", "json"))
+        assert len(nodes["items"]) == len(handle.nodes())
+        assert handle.name in _kubectl(version, kubeconfig, *ctx, "get", "nodes")
+        name = unique(f"kctl{version.replace('.', '')}")
+        manifest = tmp_path / f"{name}.yaml"
+        manifest.write_text(
+            yaml.safe_dump(
+                pod_body(
+                    name,
+                    annotations={"sim.fedsched.io/logs": "hello kubectl", "sim.fedsched.io/duration": "5"},
+                )
+            )
+        )
+        _kubectl(version, kubeconfig, *ctx, "create", "--validate=false", "-f", str(manifest))
+        _kubectl(
+            version,
+            kubeconfig,
+            *ctx,
+            "wait",
+            f"pod/{name}",
+            "--for=jsonpath={.status.phase}=Succeeded",
+            "--timeout=20s",
+        )
+        assert _kubectl(version, kubeconfig, *ctx, "logs", name).strip() == "hello kubectl"
+        described = _kubectl(version, kubeconfig, *ctx, "describe", "pod", name)
+        assert "Successfully assigned default/" in described and "Succeeded" in described
+        assert name in _kubectl(version, kubeconfig, *ctx, "get", "pods", "-l", "!nothing")
+        _kubectl(version, kubeconfig, *ctx, "delete", "pod", name, "--wait=true", "--timeout=20s")
+        assert name not in _kubectl(version, kubeconfig, *ctx, "get", "pods")
