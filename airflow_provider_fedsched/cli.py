@@ -21,13 +21,14 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_provider_fedsched import cli_place, cli_snapshot
+    from airflow_provider_fedsched import cli_place, cli_plan, cli_snapshot
     from airflow_provider_fedsched.sim import cli as sim_cli
 
     parser = argparse.ArgumentParser(prog="fedsched", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     cli_place.add_parser(subparsers)
     cli_snapshot.add_parser(subparsers)
+    cli_plan.add_parser(subparsers)
     sim_cli.add_parser(subparsers)
     return parser
 

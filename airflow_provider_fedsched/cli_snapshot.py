@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,7 @@ def summarize(snapshot: ClusterSnapshot, now: datetime) -> dict[str, Any]:
     }
 
 
-def render(rows: list[Mapping[str, Any]]) -> str:
+def render(rows: Sequence[Mapping[str, Any]]) -> str:
     from rich.console import Console
     from rich.table import Table
 

@@ -74,9 +74,12 @@ def evict_first_backfill_pod(fed: Any, stop: threading.Event) -> None:
 def summarize(env: dict[str, str]) -> list[dict[str, Any]]:
     """Read every task's placement record back from the Airflow metadata database."""
     code = (
-        "import json; from airflow.models.xcom import XComModel; from airflow.utils.session import create_session\n"
+        "import json\n"
+        "from airflow.models.xcom import XComModel\n"
+        "from airflow.utils.session import create_session\n"
         "with create_session() as s:\n"
-        f"    rows = s.query(XComModel).filter(XComModel.dag_id=={DAG_ID!r}, XComModel.key=='fedsched_placement')\n"
+        f"    rows = s.query(XComModel).filter(XComModel.dag_id == {DAG_ID!r},\n"
+        "                                     XComModel.key == 'fedsched_placement')\n"
         "    print(json.dumps([r.value for r in rows]))\n"
     )
     output = (
@@ -141,7 +144,8 @@ def main() -> int:
             [
                 sys.executable,
                 "-c",
-                "from airflow_provider_fedsched.hooks.federation import FederationHook; FederationHook().collect()",
+                "from airflow_provider_fedsched.hooks.federation import FederationHook\n"
+                "FederationHook().collect()",
             ],
             env=env,
             capture_output=True,

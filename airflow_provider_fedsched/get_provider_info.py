@@ -1,4 +1,4 @@
-"""Provider metadata read by Airflow's ProvidersManager through the ``apache_airflow_provider`` entry point."""
+"""What Airflow's ProvidersManager reads through the ``apache_airflow_provider`` entry point."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Run KubernetesPodOperator tasks across a federation of Kubernetes clusters: "
         "placement by a scoring engine, failover between clusters, data sovereignty.",
         "versions": [__version__],
+        "plugins": [
+            {"name": "fedsched", "plugin-class": "airflow_provider_fedsched.plugins.FederationPlugin"},
+        ],
         "config": {
             "fedsched": {
                 "description": "Federation scheduling for FederatedKubernetesOperator.",

@@ -6,7 +6,8 @@ the metadata database elsewhere: the API server, the CLI, tests); an in-memory b
 and the CLI outside Airflow. Values are JSON.
 
 Keys are ``fedsched/<federation>/<kind>/<cluster>[/<id>]``. Items that many writers add concurrently
-(reservations) get a key each, so that no read-modify-write can lose one.
+(reservations) get a key each, so that no read-modify-write can lose one; so do plans, under
+``fedsched/<federation>/plan/<dag_id>/<task_id>/<logical date>``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.resources import ResourceList, add
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 
@@ -223,7 +225,7 @@ class FederationState:
             return False
         self.backend.set(key, {"owner": owner, "until": _iso(now + ttl)})
         confirmed = self.backend.get(key)
-        return bool(confirmed) and confirmed.get("owner") == owner
+        return confirmed is not None and confirmed.get("owner") == owner
 
     def end_lease(self, cluster: str, owner: str) -> None:
         key = self._key("lease", cluster)
@@ -255,3 +257,45 @@ class FederationState:
 
     def history(self, cluster: str, kind: str) -> list[dict[str, Any]]:
         return list(self.backend.get(self._key(f"history-{kind}", cluster)) or [])
+
+    # Forecast profiles ------------------------------------------------------------------------------
+    def put_forecast_profile(self, cluster: str, profile: Mapping[str, Any]) -> None:
+        """The cluster's folded seasonal utilization profile (``federation.forecast.SeasonalProfile``)."""
+        self.backend.set(self._key("forecast-profile", cluster), dict(profile))
+
+    def get_forecast_profile(self, cluster: str) -> dict[str, Any] | None:
+        raw = self.backend.get(self._key("forecast-profile", cluster))
+        return dict(raw) if raw else None
+
+    # Precomputed plans ------------------------------------------------------------------------------
+    def _plan_key(self, dag_id: str, task_id: str, logical_date: datetime) -> str:
+        stamp = logical_date.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        return f"{self.prefix}/plan/{dag_id}/{task_id}/{stamp}"
+
+    def put_plan(self, plan: Plan) -> None:
+        """Store ``plan`` under its own key (one per DAG, task and logical date): replaces only itself."""
+        self.backend.set(
+            self._plan_key(plan.dag_id, plan.task_id, plan.logical_date), plan.model_dump(mode="json")
+        )
+
+    def get_plan(self, dag_id: str, task_id: str, logical_date: datetime) -> Plan | None:
+        """The plan for this run of the task; raises ``ValueError`` if what is stored is not a plan."""
+        raw = self.backend.get(self._plan_key(dag_id, task_id, logical_date))
+        return Plan.model_validate(raw) if raw else None
+
+    def delete_plan(self, plan: Plan) -> None:
+        self.backend.delete(self._plan_key(plan.dag_id, plan.task_id, plan.logical_date))
+
+    def plans(self, dag_id: str | None = None) -> list[Plan]:
+        """Every stored plan (of ``dag_id``), by DAG, task and logical date; unreadable ones skipped."""
+        prefix = f"{self.prefix}/plan/" + (f"{dag_id}/" if dag_id is not None else "")
+        found: list[Plan] = []
+        for key in self.backend.keys(prefix):
+            raw = self.backend.get(key)
+            if not raw:
+                continue
+            try:
+                found.append(Plan.model_validate(raw))
+            except ValueError:
+                continue
+        return sorted(found, key=lambda p: (p.dag_id, p.task_id, p.logical_date))

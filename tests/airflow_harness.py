@@ -64,6 +64,46 @@ def load_dag(dag_file: Path, dag_id: str) -> Any:
     return dag
 
 
+def serialize_dags() -> None:
+    """Parse the session's DAGs folder into the metadata database, as the DAG processor would."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+
+    manager = DagBundlesManager()
+    manager.sync_bundles_to_db()
+    for bundle in manager.get_all_dag_bundles():
+        if not bundle.is_initialized:
+            bundle.initialize()
+        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
+        sync_bag_to_db(bag, bundle.name, bundle.version)
+
+
+def create_dag_run(dag_id: str, run_id: str, logical_date: Any) -> None:
+    """A running DagRun with its task instances, as the scheduler creates it (DAGs must be serialized)."""
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    dag = SerializedDagModel.get_dag(dag_id)
+    if dag is None:
+        raise AssertionError(f"DAG {dag_id!r} is not serialized: call serialize_dags() first")
+    with create_session() as session:
+        dag.create_dagrun(
+            run_id=run_id,
+            logical_date=logical_date,
+            data_interval=(logical_date, logical_date),
+            run_after=logical_date,
+            conf=None,
+            run_type=DagRunType.MANUAL,
+            state=DagRunState.RUNNING,
+            triggered_by=DagRunTriggeredByType.TEST,
+            triggering_user_name="tests",
+            start_date=logical_date,
+            session=session,
+        )
+
+
 def run_dag(dag_file: Path, dag_id: str, **test_kwargs: Any) -> Any:
     """Run a DAG in-process with ``dag.test()`` and return its DagRun."""
     return load_dag(dag_file, dag_id).test(**test_kwargs)

@@ -18,6 +18,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from airflow.sdk import BaseHook
+
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.request import TaskRequest
@@ -36,11 +38,6 @@ from airflow_provider_fedsched.state import (
     MemoryStateBackend,
     StateBackend,
 )
-
-try:
-    from airflow.sdk import BaseHook
-except ImportError:  # pragma: no cover - Airflow < 3
-    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
 
 VARIABLE_PREFIX = "variable:"
 DEFAULT_SNAPSHOT_TIMEOUT = 2.0
@@ -332,7 +329,7 @@ def _read_variable(name: str) -> Any:
 
 
 def _access_from_connection(cluster: str, conn_id: str, namespace: str | None) -> ClusterAccess:
-    from airflow.exceptions import AirflowNotFoundException
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         connection = BaseHook.get_connection(conn_id)

@@ -20,7 +20,11 @@ from typing import Any
 import kubernetes
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
+from airflow.providers.cncf.kubernetes.utils.pod_manager import (
+    PodLaunchTimeoutException,
+    detect_pod_terminate_early_issues,
+)
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -40,11 +44,7 @@ from airflow_provider_fedsched.kube.failures import (
 )
 from airflow_provider_fedsched.kube.snapshots import PLACEMENT_LABEL
 from airflow_provider_fedsched.operators.links import FederatedClusterLink
-
-try:
-    from airflow.sdk.exceptions import AirflowException, TaskDeferred
-except ImportError:  # pragma: no cover
-    from airflow.exceptions import AirflowException, TaskDeferred  # type: ignore[no-redef]
+from airflow_provider_fedsched.plans import forecast_idle, planned_decision
 
 CLUSTER_LABEL = "fedsched.io/cluster"
 ATTEMPT_LABEL = "fedsched.io/cluster-attempt"
@@ -152,6 +152,9 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         self.placement: PlacementRecord | None = None
         self._failure: ClusterFailure | None = None
         self._trigger_status: str | None = None
+        self._settled = False
+        self._reattaching = False
+        self._inline_result: Any = None
 
     # Cluster switching -------------------------------------------------------------------------------
     @cached_property
@@ -176,8 +179,11 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             self.__dict__.pop(cached, None)
 
     # Validation ---------------------------------------------------------------------------------------
-    def _validated_request(self, context: Any) -> tuple[k8s.V1Pod, TaskRequest]:
-        """Check the federation arguments and build the pod once; fail the try naming the argument."""
+    def prepare(self, context: Any = None) -> tuple[k8s.V1Pod, TaskRequest]:
+        """Check the federation arguments and build the pod once; fail the try naming the argument.
+
+        Returns the pod template and the placement request derived from it (also usable without a
+        task context, e.g. by the planner)."""
         if self._conflicting_arguments:
             names = ", ".join(self._conflicting_arguments)
             raise FederationError(
@@ -249,11 +255,12 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
     # The placement loop ------------------------------------------------------------------------------
     def execute(self, context: Any) -> Any:
         self.name = self._set_name(self.name)
-        self.pod_template, self.task_request = self._validated_request(context)
+        self.pod_template, self.task_request = self.prepare(context)
         self.placement = self._restore_record(context) or self._new_record(context)
         attempt = self.placement.current
         if attempt is not None and attempt.outcome == "running":
             # A restarted or retried try: go back to the pod it launched, never start a second one.
+            self._reattaching = True
             self.log.info(
                 "Reattaching to pod %s/%s in cluster %s", attempt.namespace, attempt.pod, attempt.cluster
             )
@@ -267,9 +274,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             finished = [a for a in record.attempts if a.outcome != "running"]
             if len(finished) >= self.max_cluster_attempts:
                 raise self._give_up(context, f"gave up after {len(finished)} cluster attempt(s)")
-            decision = self.federation_hook.decide(
-                self.task_request, exclude=record.excluded, policy=self.policy_spec
-            )
+            decision = self._decide(context)
             record.decisions.append(decision.to_dict())
             self.log.info("Federation decision:\n%s", decision.render_table())
             if decision.outcome == "impossible":
@@ -304,14 +309,42 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             except _ClusterLeft:
                 continue
 
+    def _decide(self, context: Any) -> Decision:
+        """A valid precomputed plan for the first decision of a try, else a fresh one."""
+        record = self._record
+        if not record.decisions:
+            decision, why = planned_decision(
+                self.federation_hook,
+                self.task_request,
+                dag_id=record.dag_id,
+                task_id=record.task_id,
+                logical_date=context.get("logical_date"),
+                exclude=record.excluded,
+                policy=self.policy_spec,
+            )
+            if decision is not None:
+                record.plan_used = True
+                self.log.info("Using the precomputed plan: %s", decision.reason)
+                return decision
+            self.log.info("Scoring afresh: %s", why)
+        now = datetime.now(UTC)
+        horizon = timedelta(seconds=self.task_request.expected_duration_seconds)
+        return self.federation_hook.decide(
+            self.task_request,
+            exclude=record.excluded,
+            policy=self.policy_spec,
+            forecast=forecast_idle(self.federation_hook, now, now + horizon),
+        )
+
     def resume_placement(self, context: Any, event: Any = None) -> Any:
         """Re-entry after a deferred wait: decide again."""
         self.name = self._set_name(self.name)
-        self.pod_template, self.task_request = self._validated_request(context)
+        self.pod_template, self.task_request = self.prepare(context)
         self.placement = self._restore_record(context) or self._new_record(context)
         return self._place_and_run(context)
 
     def _launch(self, context: Any, decision: Decision) -> Attempt:
+        self._reattaching = False
         record = self._record
         cluster = str(decision.cluster)
         number = len(record.attempts) + 1
@@ -390,14 +423,17 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         )
         self.trigger_kwargs = {**(self.trigger_kwargs or {}), "fedsched_cluster": attempt.cluster}
         try:
-            result = (
+            if self.deferrable:
+                # Creates the pod and defers to the pod trigger (TaskDeferred). Returns only when the pod
+                # had already ended: then trigger_reentry ran inline and settled the attempt.
                 KubernetesPodOperator.execute_async(self, context)
-                if self.deferrable
-                else KubernetesPodOperator.execute_sync(self, context)
-            )
+                return self._inline_result
+            result = KubernetesPodOperator.execute_sync(self, context)
         except TaskDeferred:
             raise
         except Exception as exc:
+            if self._settled:
+                raise
             raise self._after_failure(context, attempt, exc) from exc
         self._finish(context, attempt, "succeeded", "")
         return result
@@ -405,7 +441,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
     def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
         """Resume after the pod trigger fired: go back to the attempt's cluster first."""
         self.name = self._set_name(self.name)
-        self.pod_template, self.task_request = self._validated_request(context)
+        self.pod_template, self.task_request = self.prepare(context)
         self.placement = self._restore_record(context) or self._new_record(context)
         attempt = self.placement.current
         cluster = event.get("fedsched_cluster") or (attempt.cluster if attempt else None)
@@ -420,29 +456,77 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         except Exception as exc:
             outcome = self._after_failure(context, attempt, exc)
             if isinstance(outcome, _ClusterLeft):
-                return self._place_and_run(context)
+                self._inline_result = self._place_and_run(context)
+                self._settled = True
+                return self._inline_result
+            self._settled = True
             raise outcome from exc
         self._finish(context, attempt, "succeeded", "")
+        self._settled = True
+        self._inline_result = result
         return result
 
+    def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Any) -> k8s.V1Pod:
+        """Reattach to the attempt's pod whatever its state (a pod that finished while no worker watched
+        it is adopted, not run again); otherwise KubernetesPodOperator's own lookup, then create."""
+        attempt = self._record.current
+        if self._reattaching and attempt is not None:
+            try:
+                pod = self.client.read_namespaced_pod(attempt.pod, attempt.namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                pod = None
+            if pod is not None and (pod.metadata.labels or {}).get(self.POD_CHECKED_KEY) != "True":
+                self.log.info(
+                    "Reattached to pod %s/%s in cluster %s (phase %s)",
+                    attempt.namespace,
+                    attempt.pod,
+                    attempt.cluster,
+                    pod.status.phase if pod.status else "unknown",
+                )
+                self._persist_pod_identity_to_task_state_store(context, pod)
+                return pod
+        return super().get_or_create_pod(pod_request_obj, context)
+
     def await_pod_start(self, pod: k8s.V1Pod) -> None:
-        """Wait for the scheduler first: an Unschedulable pod past the grace period moves the task."""
+        """Watch the pod until it runs; an Unschedulable pod past the grace period moves the task.
+
+        Polls faster than KubernetesPodOperator does (failover should take seconds), then hands over to
+        it for its own startup checks once the pod runs, fails early, or exceeds its timeouts.
+        """
         grace = float(self.unschedulable_grace_seconds)
+        started = time.monotonic()
+        scheduled_at: float | None = None
         first_unschedulable: float | None = None
-        deadline = time.monotonic() + max(float(self.schedule_timeout_seconds or 0), grace) + 5
-        while time.monotonic() < deadline:
-            remote = _as_dict(self.pod_manager.read_pod(pod))
+        while True:
+            remote_pod = self.pod_manager.read_pod(pod)
+            remote = _as_dict(remote_pod)
             failure = disruption(remote)
             if failure is not None:
                 self._failure = failure
                 raise PodLaunchTimeoutException(failure.reason)
-            if _scheduled(remote):
+            if (remote.get("status") or {}).get("phase") not in (None, "Pending", "Unknown"):
                 break
-            message = unschedulable_message(remote)
-            if message is not None:
-                first_unschedulable = first_unschedulable or time.monotonic()
-                if time.monotonic() - first_unschedulable >= grace:
-                    self._failure = ClusterFailure("insufficient", f"unschedulable: {message}")
+            now = time.monotonic()
+            if _scheduled(remote):
+                scheduled_at = scheduled_at or now
+                if (
+                    detect_pod_terminate_early_issues(remote_pod)
+                    or now - scheduled_at >= self.startup_timeout_seconds
+                ):
+                    break
+            else:
+                message = unschedulable_message(remote)
+                if message is not None:
+                    first_unschedulable = first_unschedulable or now
+                    if now - first_unschedulable >= grace:
+                        self._failure = ClusterFailure("insufficient", f"unschedulable: {message}")
+                        raise PodLaunchTimeoutException(self._failure.reason)
+                if now - started >= self.schedule_timeout_seconds:
+                    self._failure = ClusterFailure(
+                        "insufficient", f"not scheduled within {self.schedule_timeout_seconds}s"
+                    )
                     raise PodLaunchTimeoutException(self._failure.reason)
             time.sleep(_START_CHECK_INTERVAL)
         super().await_pod_start(pod)
@@ -464,14 +548,16 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 return ClusterFailure("unreachable", f"API server unreachable: {type(error).__name__}")
         attempt = self._record.current
         pod, events = self._observe_pod(attempt) if attempt else (None, [])
-        remote = _as_dict(self.remote_pod) if self.remote_pod is not None else None
-        found = disruption(pod, events) or disruption(remote)
+        # The last state KubernetesPodOperator saw, for a pod its cleanup has deleted since.
+        last_seen = self.remote_pod if self.remote_pod is not None else self.pod
+        known = pod or (_as_dict(last_seen) if last_seen is not None else None)
+        found = disruption(pod, events) or disruption(known)
         if found is not None:
             return found
-        if pod is not None and unschedulable_message(pod) is not None:
-            return ClusterFailure("insufficient", f"unschedulable: {unschedulable_message(pod)}")
-        if pod is not None and self._trigger_status == "timeout" and not _scheduled(pod):
-            return ClusterFailure("insufficient", "not scheduled within the grace period")
+        if known is not None and unschedulable_message(known) is not None:
+            return ClusterFailure("insufficient", f"unschedulable: {unschedulable_message(known)}")
+        if known is not None and self._trigger_status == "timeout" and not _scheduled(known):
+            return ClusterFailure("insufficient", f"not scheduled within {self.schedule_timeout_seconds}s")
         return None
 
     def _observe_pod(self, attempt: Attempt) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -616,6 +702,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             return None
         if record.outcome in ("succeeded", "failed"):
             return None  # a finished try's record: this try starts afresh
+        record.try_number = context["ti"].try_number  # a retry continuing a crashed try's placement
         return record
 
     def _save(self, context: Any) -> None:

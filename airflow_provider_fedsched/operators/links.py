@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-try:
-    from airflow.sdk import BaseOperatorLink
-except ImportError:  # pragma: no cover
-    from airflow.models.baseoperatorlink import BaseOperatorLink  # type: ignore[no-redef]
+from airflow.sdk import BaseOperatorLink
 
 from airflow_provider_fedsched.federation.record import XCOM_KEY, PlacementRecord
 
@@ -36,4 +33,4 @@ class FederatedClusterLink(BaseOperatorLink):
             return ""
         if not template:
             return ""
-        return template.format(cluster=attempt.cluster, namespace=attempt.namespace, pod=attempt.pod)
+        return str(template.format(cluster=attempt.cluster, namespace=attempt.namespace, pod=attempt.pod))

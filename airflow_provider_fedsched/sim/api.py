@@ -10,9 +10,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from airflow_provider_fedsched.sim.exec import pod_exec
-from airflow_provider_fedsched.sim.faults import fault_middleware
+from airflow_provider_fedsched.sim.faults import CONTROL_PREFIX, fault_middleware
 from airflow_provider_fedsched.sim.logs import pod_log
 from airflow_provider_fedsched.sim.objects import make_node
 from airflow_provider_fedsched.sim.patch import apply_patch
@@ -38,7 +39,7 @@ VERSION = {
 }
 PUBLIC = {"version", "healthz", "readyz", "livez"}
 _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
-CORE_RESOURCES = [
+CORE_RESOURCES: list[dict[str, Any]] = [
     {
         "name": "pods",
         "singularName": "pod",
@@ -136,7 +137,9 @@ GROUPS: dict[str, dict[str, list[dict[str, Any]]]] = {
     "policy": {"v1": []},
 }
 # Which plural lives in which API group/version.
-RESOURCE_GV = {r["name"]: ("", "v1") for r in CORE_RESOURCES if "/" not in r["name"]}
+RESOURCE_GV: dict[str, tuple[str, str]] = {
+    r["name"]: ("", "v1") for r in CORE_RESOURCES if "/" not in r["name"]
+}
 RESOURCE_GV["priorityclasses"] = ("scheduling.k8s.io", "v1")
 
 
@@ -155,7 +158,13 @@ def success_status(code: int = 201) -> dict[str, Any]:
 
 def build_app(cluster: Cluster) -> web.Application:
     @web.middleware
-    async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not cluster.faults.is_down and not request.path.startswith(CONTROL_PREFIX):
+            cluster.requests.record(request.method, request.path)
+        return await handler(request)
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except ApiError as exc:
@@ -167,7 +176,7 @@ def build_app(cluster: Cluster) -> web.Application:
             return dump(ApiError(500, f"Internal error occurred: {exc!r}").status(), 500)
 
     @web.middleware
-    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         first = request.path.strip("/").split("/", 1)[0]
         if first not in PUBLIC:
             header = request.headers.get("Authorization")
@@ -178,7 +187,7 @@ def build_app(cluster: Cluster) -> web.Application:
         return await handler(request)
 
     app = web.Application(
-        middlewares=[errors, auth, fault_middleware(cluster.faults)], client_max_size=16 * 2**20
+        middlewares=[count, errors, auth, fault_middleware(cluster.faults)], client_max_size=16 * 2**20
     )
     api = Api(cluster)
     app.router.add_route("*", "/{tail:.*}", api.dispatch)

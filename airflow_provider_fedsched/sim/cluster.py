@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from airflow_provider_fedsched.sim.config import ClusterConfig
+from airflow_provider_fedsched.sim.counters import RequestCounter
 from airflow_provider_fedsched.sim.faults import FaultPlan
 from airflow_provider_fedsched.sim.kubelet import Kubelet
 from airflow_provider_fedsched.sim.objects import (
@@ -45,6 +46,7 @@ class Cluster:
         self.scheduler = Scheduler(self)
         self.kubelet = Kubelet(self)
         self.faults = FaultPlan(self)
+        self.requests = RequestCounter()
         self.port = config.port
         self.runner: web.AppRunner | None = None
         self.site: web.TCPSite | None = None

@@ -202,6 +202,23 @@ class ClusterHandle:
     def set_quota(self, namespace: str, hard: dict[str, str], name: str = "compute") -> dict[str, Any]:
         return self.call(lambda: copy.deepcopy(self.cluster.set_quota(namespace, hard, name)))
 
+    def request_count(self, method: str | None = None, path: str | None = None) -> int:
+        """API requests this cluster received since start (or the last reset).
+
+        ``method`` matches any case; ``path`` (no query string) matches exactly, or as a prefix when it
+        ends with ``*``: ``request_count("GET", "/api/v1/nodes")``, ``request_count(path="/api/v1/*")``.
+        Requests answered with errors or injected faults count; control-endpoint calls and requests
+        dropped while the cluster is down do not.
+        """
+        return self.call(self.cluster.requests.count, method, path)
+
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        """Every ``(METHOD, path)`` seen and its count."""
+        return self.call(self.cluster.requests.snapshot)
+
+    def reset_request_counts(self) -> None:
+        self.call(self.cluster.requests.reset)
+
     def logs(self, namespace: str, name: str, container: str = "base") -> list[str]:
         def read() -> list[str]:
             pod = self.cluster.store.get("pods", namespace, name)

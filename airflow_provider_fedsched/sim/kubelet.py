@@ -4,6 +4,7 @@ Annotations (prefix ``sim.fedsched.io/``; ``KEY.CONTAINER`` overrides ``KEY`` fo
 ``duration`` run seconds (default 1), ``exit-code`` (default 0), ``logs`` (JSON list or newline text),
 ``startup-delay`` seconds before containers start (default 0.2), ``image-pull-error`` (message; the pod stays
 in ErrImagePull/ImagePullBackOff), ``xcom`` (what the xcom sidecar's ``return.json`` holds).
+``${NAME}`` in log lines becomes the value of the container's env var ``NAME`` (literal ``value`` entries).
 All durations are simulated seconds, scaled by the cluster clock.
 """
 
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,17 +44,46 @@ def _float(value: Any, default: float) -> float:
         return default
 
 
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def container_env(pod: Obj, container: str) -> dict[str, str]:
+    """The literal ``env`` values of one container; the last entry of a name wins, as in the runtime.
+
+    An entry with neither ``value`` nor ``valueFrom`` is the empty string (as Kubernetes sets it);
+    ``valueFrom`` entries (secrets, field refs...) are not resolved and so not substituted.
+    """
+    env: dict[str, str] = {}
+    for spec in pod["spec"].get("containers") or []:
+        if spec.get("name") != container:
+            continue
+        for entry in spec.get("env") or []:
+            if isinstance(entry, dict) and entry.get("name") and entry.get("valueFrom") is None:
+                env[str(entry["name"])] = str(entry.get("value") or "")
+    return env
+
+
+def expand_env(line: str, env: Mapping[str, str]) -> str:
+    """Replace ``${NAME}`` with the container's env value; unknown names stay as written."""
+    return _ENV_REF.sub(lambda m: env.get(m.group(1), m.group(0)), line)
+
+
+def _split_lines(raw: Any) -> list[str]:
+    if isinstance(raw, str) and raw.lstrip().startswith("["):
+        try:
+            return [str(line) for line in json.loads(raw)]
+        except ValueError:
+            pass  # not JSON after all: plain text
+    return str(raw).splitlines()
+
+
 def log_lines(pod: Obj, container: str) -> list[str]:
     raw = annotation(pod, "logs", container)
     if raw is None:
         name = pod["metadata"]["name"]
         return [f"sim: starting container {container} of pod {name}", f"sim: container {container} finished"]
-    if isinstance(raw, str) and raw.lstrip().startswith("["):
-        try:
-            return [str(line) for line in json.loads(raw)]
-        except ValueError:
-            pass
-    return str(raw).splitlines()
+    env = container_env(pod, container)
+    return [expand_env(line, env) for line in _split_lines(raw)]
 
 
 @dataclass
@@ -100,7 +132,11 @@ class Kubelet:
         if event.type == "DELETED":
             self._forget(uid)
             return
+        self._end_terminated_logs(pod)
         if meta.get("deletionTimestamp"):
+            if node in self.frozen_nodes:
+                # The kubelet is unreachable and will never stream again: end every follower now.
+                self._end_logs(uid, [c["name"] for c in (pod.get("spec") or {}).get("containers") or []])
             if uid not in self.terminating:
                 self.terminating[uid] = asyncio.ensure_future(
                     self._terminate(meta["namespace"], meta["name"], uid)
@@ -120,6 +156,24 @@ class Kubelet:
             self.logs.pop(key).finish()
             self.previous_logs.pop(key, None)
             self.kill_events.pop(key, None)
+
+    def _end_logs(self, uid: str, containers: Iterable[str]) -> None:
+        """Mark the current log buffers of these containers done: their follow streams end."""
+        for container in containers:
+            buffer = self.logs.get((uid, container))
+            if buffer is not None and not buffer.done:
+                buffer.finish()
+
+    def _end_terminated_logs(self, pod: Obj) -> None:
+        """A container whose status says terminated produces no more output, whoever stopped it.
+
+        The kubelet's own run loop finishes buffers on a normal exit; this catches every other path
+        (node-pressure eviction, graceful deletion of any origin: preemption, API eviction, taint manager).
+        """
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        terminated = {cs["name"] for cs in statuses if "terminated" in (cs.get("state") or {})}
+        if terminated:
+            self._end_logs(pod["metadata"]["uid"], terminated)
 
     def stop_pod(self, uid: str) -> None:
         """Stop driving a pod (node unreachable, evicted): its status freezes where it is."""

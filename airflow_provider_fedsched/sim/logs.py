@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +16,9 @@ from airflow_provider_fedsched.sim.util import ApiError, parse_time, rfc3339nano
 if TYPE_CHECKING:
     from airflow_provider_fedsched.sim.cluster import Cluster
 
+# How often a follow stream re-reads the pod's status besides waking on new output.
+_RECHECK_SECONDS = 0.5
+
 
 def _true(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
@@ -22,8 +27,8 @@ def _true(value: str | None) -> bool:
 def _select_container(pod: dict[str, Any], query: MultiMapping[str]) -> str:
     name = pod["metadata"]["name"]
     spec = pod["spec"]
-    names = [c["name"] for c in spec.get("containers") or []]
-    init_names = [c["name"] for c in spec.get("initContainers") or []]
+    names: list[str] = [str(c["name"]) for c in spec.get("containers") or []]
+    init_names: list[str] = [str(c["name"]) for c in spec.get("initContainers") or []]
     container = query.get("container")
     if not container:
         if len(names) == 1:
@@ -41,6 +46,17 @@ def _select_container(pod: dict[str, Any], query: MultiMapping[str]) -> str:
 def _format(line: tuple[float, str], timestamps: bool) -> bytes:
     ts, text = line
     return ((rfc3339nano(ts) + " " if timestamps else "") + text + "\n").encode()
+
+
+def _stopped(cluster: Cluster, namespace: str, name: str, uid: str, container: str) -> bool:
+    """Whether the followed container can produce no more output (terminated, or its pod gone)."""
+    pod = cluster.store.get("pods", namespace, name)
+    if pod is None or pod["metadata"]["uid"] != uid:
+        return True
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs["name"] == container:
+            return "terminated" in (cs.get("state") or {})
+    return False
 
 
 async def pod_log(request: web.Request, cluster: Cluster, namespace: str, name: str) -> web.StreamResponse:
@@ -75,6 +91,7 @@ async def pod_log(request: web.Request, cluster: Cluster, namespace: str, name: 
     if query.get("tailLines"):
         tail = int(query["tailLines"])
         lines = lines[-tail:] if tail else []
+    position = len(buffer.lines)  # where following picks up after the initial lines
     if not follow:
         body = b"".join(_format(ln, timestamps) for ln in lines)
         return web.Response(body=body[:limit] if limit is not None else body, content_type="text/plain")
@@ -82,7 +99,6 @@ async def pod_log(request: web.Request, cluster: Cluster, namespace: str, name: 
     response.enable_chunked_encoding()
     await response.prepare(request)
     sent = 0
-    position = len(buffer.lines)
 
     async def write(chunk: bytes) -> bool:
         nonlocal sent
@@ -93,17 +109,30 @@ async def pod_log(request: web.Request, cluster: Cluster, namespace: str, name: 
             sent += len(chunk)
         return limit is None or sent < limit
 
+    async def flush() -> bool:
+        """Send what the container wrote since the last flush; False once limitBytes is reached."""
+        nonlocal position
+        while position < len(buffer.lines):
+            line = buffer.lines[position]
+            position += 1
+            if not await write(_format(line, timestamps)):
+                return False
+        return True
+
     try:
         for line in lines:
             if not await write(_format(line, timestamps)):
                 return response
-        while not buffer.done:
+        while True:
+            if not await flush():
+                return response
+            # No await between the last flush and these checks, so no line can be missed.
+            if buffer.done or _stopped(cluster, namespace, name, uid, container):
+                break
             changed = buffer.changed
-            await changed.wait()
-            for line in buffer.lines[position:]:
-                if not await write(_format(line, timestamps)):
-                    return response
-            position = len(buffer.lines)
+            # Wake on new output, or re-read the pod: no termination path may leave a follower hanging.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), _RECHECK_SECONDS)
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client stopped following

@@ -309,7 +309,7 @@ class EventRecorder:
         source = {"component": component}
         if host:
             source["host"] = host
-        event = {
+        event: Obj = {
             "metadata": {"name": name, "namespace": namespace},
             "involvedObject": {
                 "kind": obj.get("kind", "Pod"),

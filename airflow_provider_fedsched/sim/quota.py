@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_fedsched.federation.resources import (
@@ -13,6 +14,13 @@ from airflow_provider_fedsched.federation.resources import (
 from airflow_provider_fedsched.sim.objects import TERMINAL
 from airflow_provider_fedsched.sim.store import Obj, Store
 from airflow_provider_fedsched.sim.util import ApiError
+
+
+def _set_status(status: Obj) -> Callable[[Obj], None]:
+    def apply(quota: Obj) -> None:
+        quota["status"] = status
+
+    return apply
 
 
 def _limits(spec: Obj) -> dict[str, int]:
@@ -115,9 +123,4 @@ class QuotaController:
                 "used": {k: format_quantity(_resource_of(k), used.get(k, 0)) for k in hard},
             }
             if quota.get("status") != status:
-                self.store.mutate(
-                    "resourcequotas",
-                    namespace,
-                    quota["metadata"]["name"],
-                    lambda q, s=status: q.__setitem__("status", s),
-                )
+                self.store.mutate("resourcequotas", namespace, quota["metadata"]["name"], _set_status(status))

@@ -17,7 +17,9 @@ _EXISTS = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s*$")
 
 def _split_top(selector: str) -> list[str]:
     """Split on commas that are not inside ``in (...)`` value sets."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in selector:
         if char == "(":
             depth += 1
@@ -32,6 +34,30 @@ def _split_top(selector: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+def _value_in(key: str, values: set[str]) -> Requirement:
+    return lambda labels: labels.get(key) in values
+
+
+def _value_not_in(key: str, values: set[str]) -> Requirement:
+    return lambda labels: labels.get(key) not in values
+
+
+def _value_equals(key: str, value: str) -> Requirement:
+    return lambda labels: labels.get(key) == value
+
+
+def _value_not_equals(key: str, value: str) -> Requirement:
+    return lambda labels: labels.get(key) != value
+
+
+def _exists(key: str) -> Requirement:
+    return lambda labels: key in labels
+
+
+def _absent(key: str) -> Requirement:
+    return lambda labels: key not in labels
+
+
 def parse_label_selector(selector: str | None) -> Callable[[Mapping[str, str] | None], bool]:
     """Compile a label selector into a predicate over a labels map. Bad syntax -> 400 BadRequest."""
     requirements: list[Requirement] = []
@@ -41,22 +67,13 @@ def parse_label_selector(selector: str | None) -> Callable[[Mapping[str, str] | 
             if negate:
                 raise ApiError(400, f"unable to parse requirement: {part!r}")
             values = {v.strip() for v in raw.split(",") if v.strip()}
-            if op == "in":
-                requirements.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-            else:
-                requirements.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+            requirements.append(_value_in(key, values) if op == "in" else _value_not_in(key, values))
         elif m := _CMP.match(part):
             key, op, value = m.groups()
-            if op == "!=":
-                requirements.append(lambda labels, k=key, v=value: labels.get(k) != v)
-            else:
-                requirements.append(lambda labels, k=key, v=value: labels.get(k) == v)
+            requirements.append(_value_not_equals(key, value) if op == "!=" else _value_equals(key, value))
         elif m := _EXISTS.match(part):
             negate, key = m.groups()
-            if negate:
-                requirements.append(lambda labels, k=key: k not in labels)
-            else:
-                requirements.append(lambda labels, k=key: k in labels)
+            requirements.append(_absent(key) if negate else _exists(key))
         else:
             raise ApiError(400, f"unable to parse requirement: found '{part.strip()}', expected: identifier")
 

@@ -1,0 +1,86 @@
+"""One-task DAGs, each exercising one path of FederatedKubernetesOperator against the simulated federation.
+
+The federation spec comes from ``[fedsched] federation_spec`` (set by the tests' fixture); the
+``sim.fedsched.io/*`` annotations steer the simulated kubelet.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk import DAG
+from kubernetes.client import models as k8s
+
+from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+
+GPU_TOLERATION = [k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
+
+
+def requests(cpu: str = "2", memory: str = "4Gi", gpu: int = 0) -> k8s.V1ResourceRequirements:
+    wanted = {"cpu": cpu, "memory": memory, **({"nvidia.com/gpu": str(gpu)} if gpu else {})}
+    return k8s.V1ResourceRequirements(requests=wanted, limits={"nvidia.com/gpu": str(gpu)} if gpu else None)
+
+
+def sim(
+    duration: float = 1, exit_code: int = 0, logs: list[str] | None = None, **extra: str
+) -> dict[str, str]:
+    annotations = {"sim.fedsched.io/duration": str(duration), "sim.fedsched.io/exit-code": str(exit_code)}
+    if logs:
+        annotations["sim.fedsched.io/logs"] = json.dumps(logs)
+    return {**annotations, **{f"sim.fedsched.io/{k.replace('_', '-')}": v for k, v in extra.items()}}
+
+
+def federated_dag(dag_id: str, **operator_args: Any) -> DAG:
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False) as dag:
+        FederatedKubernetesOperator(
+            task_id="work",
+            image="busybox:1.36",
+            cmds=["sh", "-c", "true"],
+            get_logs=True,
+            unschedulable_grace_seconds=0,
+            **{"container_resources": requests(), "annotations": sim(), **operator_args},
+        )
+    return dag
+
+
+federated_dag(
+    "fed_gpu_xcom",
+    container_resources=requests("4", "16Gi", gpu=2),
+    tolerations=GPU_TOLERATION,
+    do_xcom_push=True,
+    annotations=sim(logs=["epoch 1", "epoch 2"], xcom=json.dumps({"accuracy": 0.93})),
+)
+federated_dag("fed_sovereign", datasets=["eu-customers"])
+federated_dag("fed_quota_failover", datasets=["user-events"], namespace="etl")
+federated_dag("fed_unschedulable_failover", datasets=["user-events"])
+federated_dag(
+    "fed_evicted_resumes",
+    preemptible=True,
+    checkpoint="s3://bucket/ckpt",
+    annotations=sim(duration=40, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
+)
+federated_dag("fed_task_failure", annotations=sim(exit_code=3, logs=["boom"]))
+federated_dag("fed_wait_timeout", datasets=["eu-customers"], wait_timeout=3)
+federated_dag("fed_reattach", annotations=sim(duration=60))
+federated_dag(
+    "fed_deferrable_xcom",
+    deferrable=True,
+    do_xcom_push=True,
+    poll_interval=1,
+    annotations=sim(xcom=json.dumps({"rows": 7})),
+)
+federated_dag(
+    "fed_deferrable_quota", deferrable=True, poll_interval=1, datasets=["user-events"], namespace="etl"
+)
+federated_dag("fed_deferrable_unschedulable", deferrable=True, poll_interval=1, datasets=["user-events"])
+
+# Bad input: each fails at the start of the try, naming the argument.
+federated_dag("fed_bad_dataset", datasets=["no-such-dataset"])
+federated_dag("fed_bad_subset", clusters=[])
+federated_dag("fed_bad_cluster", clusters=["moon-base"])
+federated_dag("fed_bad_conflict", kubernetes_conn_id="k8s_east_cpu")
+federated_dag(
+    "fed_bad_impossible", container_resources=requests("8", "8Gi", gpu=64), tolerations=GPU_TOLERATION
+)

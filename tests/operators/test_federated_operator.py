@@ -1,0 +1,338 @@
+"""FederatedKubernetesOperator end to end: real Airflow (dag.test), real clients, the simulated federation."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_fedsched.hooks.federation import FederationHook
+from airflow_provider_fedsched.sim import SimFederation, wait_for
+from tests import airflow_harness
+
+DAG_FILE = Path(__file__).parent / "dags" / "federated_dags.py"
+pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+
+
+def xcom(dag_run: Any, key: str, task_id: str = "work") -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (
+            session.query(XComModel)
+            .filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id, key=key)
+            .one_or_none()
+        )
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def run(dag_id: str) -> tuple[str, dict[str, Any] | None, Any]:
+    dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
+    state = airflow_harness.task_states(dag_run)["work"]
+    record = xcom(dag_run, "fedsched_placement")
+    return state, (json.loads(record) if isinstance(record, str) else record), dag_run
+
+
+def pods_of(fed: SimFederation, dag_id: str) -> list[str]:
+    return [
+        f"{name}/{pod['metadata']['name']}"
+        for name, handle in fed.handles.items()
+        for pod in handle.pods()
+        if (pod["metadata"].get("labels") or {}).get("dag_id") == dag_id
+    ]
+
+
+def path(record: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(a["cluster"], a["outcome"]) for a in record["attempts"]]
+
+
+def take_snapshot() -> None:
+    """What the federation knows before the incident: cached in shared state (Airflow Variables)."""
+    FederationHook().collect()
+
+
+@pytest.fixture
+def background() -> Iterator[Callable[[Callable[[], None]], None]]:
+    threads: list[threading.Thread] = []
+
+    def start(target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, daemon=True)
+        threads.append(thread)
+        thread.start()
+
+    yield start
+    for thread in threads:
+        thread.join(timeout=30)
+
+
+def test_gpu_task_lands_on_gpu_pool_with_logs_xcom_and_labels(
+    sim_federation: SimFederation, federation: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    state, record, dag_run = run("fed_gpu_xcom")
+
+    assert state == "success"
+    assert record is not None and record["outcome"] == "succeeded"
+    assert path(record) == [("north-gpu", "succeeded")]
+    assert xcom(dag_run, "return_value") == {"accuracy": 0.93}
+    out = capfd.readouterr().out
+    assert "[base] epoch 2" in out
+    assert "Federation decision" in out and "north-gpu" in out
+    assert "token" not in out.lower() or "kube_config" not in out
+    assert pods_of(sim_federation, "fed_gpu_xcom") == []
+
+
+def test_sovereign_data_stays_in_its_region_although_another_is_cheaper(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    state, record, _ = run("fed_sovereign")
+
+    assert state == "success" and record is not None
+    assert path(record) == [("west-general", "succeeded")]
+    rejected = {r["cluster"]: r["plugin"] for r in record["decisions"][0]["rejected"]}
+    assert rejected == {"east-cpu": "Sovereignty", "north-gpu": "Sovereignty"}
+
+
+def test_quota_exhausted_since_the_snapshot_fails_over_in_the_same_try(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    take_snapshot()
+    east = sim_federation["east-cpu"]
+    east.set_quota("etl", {"requests.cpu": "1"}, name="tight")
+    try:
+        state, record, dag_run = run("fed_quota_failover")
+    finally:
+        east.set_quota("etl", {"requests.cpu": "1000"}, name="tight")
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "insufficient"), ("north-gpu", "succeeded")]
+    assert "exceeded quota: tight" in record["attempts"][0]["reason"]
+    assert dag_run.get_task_instances()[0].try_number == 1  # no Airflow retry was spent
+    cooldown = FederationHook().state.cooldown("east-cpu", datetime.now(UTC))
+    assert cooldown is not None and "quota" in cooldown[1]
+    assert pods_of(sim_federation, "fed_quota_failover") == []
+
+
+def test_unschedulable_pod_is_deleted_before_moving_on(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    take_snapshot()
+    east = sim_federation["east-cpu"]
+    fillers = []
+    for node in east.nodes():
+        name = f"filler-{node['metadata']['name']}"
+        east.create_pod(
+            "default",
+            {
+                "metadata": {"name": name, "annotations": {"sim.fedsched.io/duration": "3600"}},
+                "spec": {
+                    "nodeName": node["metadata"]["name"],
+                    "containers": [
+                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "7"}}}
+                    ],
+                },
+            },
+        )
+        fillers.append(name)
+    try:
+        state, record, _ = run("fed_unschedulable_failover")
+    finally:
+        for name in fillers:
+            east.delete_pod("default", name, grace=0)
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "insufficient"), ("north-gpu", "succeeded")]
+    assert "Insufficient cpu" in record["attempts"][0]["reason"]
+    assert pods_of(sim_federation, "fed_unschedulable_failover") == []
+
+
+def test_evicted_task_resumes_from_checkpoint_on_another_cluster(
+    sim_federation: SimFederation,
+    federation: Path,
+    background: Callable[[Callable[[], None]], None],
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    def evict_first_pod() -> None:
+        def running_first_attempt() -> tuple[str, dict[str, Any]] | None:
+            for name, handle in sim_federation.handles.items():
+                for pod in handle.pods():
+                    labels = pod["metadata"].get("labels") or {}
+                    if (
+                        labels.get("dag_id") == "fed_evicted_resumes"
+                        and labels.get("fedsched.io/cluster-attempt") == "1"
+                        and pod["status"].get("phase") == "Running"
+                    ):
+                        return name, pod
+            return None
+
+        cluster, pod = wait_for(running_first_attempt, timeout=60)
+        sim_federation[cluster].faults.evict_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+    background(evict_first_pod)
+    state, record, _ = run("fed_evicted_resumes")
+
+    assert state == "success" and record is not None
+    (first, first_outcome), (second, second_outcome) = path(record)
+    assert (first_outcome, second_outcome) == ("evicted", "succeeded") and first != second
+    assert record["attempts"][1]["resumed_from_checkpoint"] is True
+    assert "attempt 2 resume=true" in capfd.readouterr().out
+    assert pods_of(sim_federation, "fed_evicted_resumes") == []
+
+
+def test_task_failure_is_not_retried_elsewhere(sim_federation: SimFederation, federation: Path) -> None:
+    state, record, _ = run("fed_task_failure")
+
+    assert state == "failed" and record is not None
+    assert [outcome for _, outcome in path(record)] == ["failed"]
+    assert pods_of(sim_federation, "fed_task_failure") == []
+
+
+def test_waits_for_a_compliant_cluster_then_fails_with_the_reasons(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    hook = FederationHook()
+    until = hook.cool_down("west-general", "maintenance")
+    state, record, _ = run("fed_wait_timeout")
+    hook.state.clear_cooldown("west-general")
+
+    assert state == "failed" and record is not None
+    assert record["attempts"] == []  # never placed outside eu-west-1
+    assert "no cluster could take the task within 3s" in record["reason"]
+    assert until.isoformat()[:16] in json.dumps(record["decisions"]) or "Cooldown" in json.dumps(
+        record["decisions"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "message"),
+    [
+        ("fed_bad_dataset", "datasets: unknown dataset(s) ['no-such-dataset']"),
+        ("fed_bad_subset", "clusters: the cluster subset is empty"),
+        ("fed_bad_cluster", "clusters: unknown cluster(s) ['moon-base']"),
+        ("fed_bad_conflict", "argument(s) kubernetes_conn_id conflict with federation placement"),
+        ("fed_bad_impossible", "no member cluster can ever run this task"),
+    ],
+)
+def test_bad_input_fails_at_the_start_naming_the_argument(
+    sim_federation: SimFederation,
+    federation: Path,
+    capfd: pytest.CaptureFixture[str],
+    dag_id: str,
+    message: str,
+) -> None:
+    state, _, _ = run(dag_id)
+
+    assert state == "failed"
+    assert message in capfd.readouterr().out
+    assert pods_of(sim_federation, dag_id) == []
+
+
+def test_deferrable_mode_runs_in_the_chosen_cluster_and_returns_xcom(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    state, record, dag_run = run("fed_deferrable_xcom")
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert xcom(dag_run, "return_value") == {"rows": 7}
+    assert pods_of(sim_federation, "fed_deferrable_xcom") == []
+
+
+def test_deferrable_quota_failover(sim_federation: SimFederation, federation: Path) -> None:
+    take_snapshot()
+    east = sim_federation["east-cpu"]
+    east.set_quota("etl", {"requests.cpu": "1"}, name="tight")
+    try:
+        state, record, _ = run("fed_deferrable_quota")
+    finally:
+        east.set_quota("etl", {"requests.cpu": "1000"}, name="tight")
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "insufficient"), ("north-gpu", "succeeded")]
+    assert pods_of(sim_federation, "fed_deferrable_quota") == []
+
+
+def test_deferrable_unschedulable_failover_through_the_pod_trigger(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    take_snapshot()
+    sim_federation["east-cpu"].scheduler.pause()
+    try:
+        state, record, _ = run("fed_deferrable_unschedulable")
+    finally:
+        sim_federation["east-cpu"].scheduler.resume()
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "insufficient"), ("north-gpu", "succeeded")]
+    assert pods_of(sim_federation, "fed_deferrable_unschedulable") == []
+
+
+def pod_creates(fed: SimFederation) -> int:
+    return sum(
+        handle.request_count("POST", "/api/v1/namespaces/default/pods") for handle in fed.handles.values()
+    )
+
+
+def test_killed_worker_then_restarted_try_reattaches_to_the_same_pod(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """A worker dies mid-task; the restarted try finds the pod in its cluster: one pod is ever created."""
+    airflow_harness.load_dag(DAG_FILE, "fed_reattach")
+    airflow_harness.serialize_dags()
+    now = datetime.now(UTC)
+    run_id = f"manual__reattach-{now.timestamp():.0f}"
+    airflow_harness.create_dag_run("fed_reattach", run_id, now)
+    command = [
+        str(Path(sys.executable).with_name("airflow")),
+        "tasks",
+        "test",
+        "fed_reattach",
+        "work",
+        run_id,
+    ]
+    creates_before = pod_creates(sim_federation)
+    worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+
+        def running_pod() -> str | None:
+            found = [
+                f"{name}/{pod['metadata']['name']}"
+                for name, handle in sim_federation.handles.items()
+                for pod in handle.pods()
+                if (pod["metadata"].get("labels") or {}).get("dag_id") == "fed_reattach"
+                and pod["status"].get("phase") == "Running"
+            ]
+            return found[0] if found else None
+
+        first_pod = wait_for(running_pod, timeout=90)
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+
+    restarted = subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    assert "Reattached to pod" in restarted.stdout
+    assert pod_creates(sim_federation) - creates_before == 1
+    record = placement_of_run("fed_reattach", run_id)
+    assert record["outcome"] == "succeeded"
+    assert [f"{a['cluster']}/{a['pod']}" for a in record["attempts"]] == [first_pod]
+    assert pods_of(sim_federation, "fed_reattach") == []
+
+
+def placement_of_run(dag_id: str, run_id: str) -> dict[str, Any]:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(XComModel).filter_by(dag_id=dag_id, run_id=run_id, key="fedsched_placement").one()
+        value = XComModel.deserialize_value(row)
+    return json.loads(value) if isinstance(value, str) else value
