@@ -1,0 +1,399 @@
+"""Data access for the Federation page: placement records from XComs, member clusters from shared state.
+
+Placement history is read straight from the ``xcom`` table with SQL, because it must stay fast with
+10,000 recorded tries: filters, ordering and pagination happen in the database, over narrow rows (no
+``value`` column), and only the page's values are then fetched and parsed. Airflow keeps one XCom per task
+instance and key and clears a task's XComs when it runs again, so there is one record per task instance:
+the latest try's.
+
+Airflow 3 stores an XCom value as a JSON *string* holding the JSON document (the Task SDK serializes
+before sending; the column type is JSON), so the SQL filters on fields of the record unwrap it first. Any
+value under our key that is not a readable record (malformed JSON, another shape, a newer or foreign
+writer) becomes an "unreadable" row, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from pydantic import ValidationError
+from sqlalchemy import Text, and_, case, cast, exists, func, literal, literal_column, or_, select, tuple_
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
+
+from airflow_provider_fedsched.federation.decision import Decision
+from airflow_provider_fedsched.federation.record import XCOM_KEY, PlacementRecord
+
+MAX_PAGE_SIZE = 200
+DEFAULT_PAGE_SIZE = 50
+LEFT_OUTCOMES = frozenset({"insufficient", "evicted", "unreachable"})
+"""Attempt outcomes that moved the task to another cluster: a try with one of these failed over."""
+OUTCOME_FILTERS = ("succeeded", "failed", "running", "waiting", "failover")
+"""``outcome=`` values: a record's outcome, or ``failover`` for tries that left at least one cluster."""
+RECENT_SAMPLES = 20
+"""History samples per cluster summarized on the clusters view."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementFilter:
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    cluster: str | None = None
+    """Tries that ran on or attempted this cluster."""
+    outcome: str | None = None
+    dag_ids: frozenset[str] | None = None
+    """DAGs the caller may read (None: no restriction)."""
+
+
+# --- Links -------------------------------------------------------------------------------------------
+def task_instance_path(dag_id: str, run_id: str, task_id: str, map_index: int, ui_root: str = "") -> str:
+    """The task instance's page in the Airflow 3 UI (react router: ``dags/:dagId/runs/:runId/tasks/...``)."""
+    dag, run, task = (quote(part, safe="") for part in (dag_id, run_id, task_id))
+    path = f"{ui_root}/dags/{dag}/runs/{run}/tasks/{task}"
+    return path + (f"/mapped/{map_index}" if map_index >= 0 else "")
+
+
+# --- SQL over the xcom table ---------------------------------------------------------------------------
+def _xcom() -> Any:
+    from airflow.models.xcom import XComModel
+
+    return XComModel
+
+
+def _value_text() -> Any:
+    """The stored value as text, parsed by :func:`parse_record`: a malformed value cannot break a query."""
+    return _xcom().value.cast(Text()).label("value")
+
+
+def _record_fields(dialect: str) -> tuple[Any, Any, Any]:
+    """SQL expressions for the record's ``cluster``, ``outcome`` and a ``failed over`` flag.
+
+    The value is unwrapped when it is a JSON string holding the record (how Airflow 3 stores it) and
+    guarded with ``json_valid`` so that a malformed value yields NULLs instead of a query error.
+    """
+    xcom = _xcom()
+    if dialect == "sqlite":
+        inner = case(
+            (func.json_type(xcom.value) == "text", func.json_extract(xcom.value, "$")),
+            else_=xcom.value,
+        )
+        document = case((func.json_valid(xcom.value) & func.json_valid(inner), inner), else_=None)
+
+        def field(path: str) -> Any:
+            return func.json_extract(document, path)
+
+        return field("$.cluster"), field("$.outcome"), document
+    if dialect == "postgresql":
+        # JSONB: a record stored as a JSON string is unwrapped with #>> and re-parsed when it looks
+        # like an object; anything else yields NULL fields.
+        as_text = xcom.value.op("#>>")(literal_column("'{}'"))
+        document = case(
+            (func.jsonb_typeof(xcom.value) == "object", xcom.value),
+            (
+                and_(func.jsonb_typeof(xcom.value) == "string", as_text.op("~")(r"^\s*\{.*\}\s*$")),
+                cast(as_text, JSONB),
+            ),
+            else_=None,
+        )
+        return document.op("->>")("cluster"), document.op("->>")("outcome"), document
+    raise NotImplementedError(dialect)
+
+
+def _where(session: Session, flt: PlacementFilter) -> list[ColumnElement[bool]]:
+    xcom = _xcom()
+    conditions: list[ColumnElement[bool]] = [xcom.key == XCOM_KEY]
+    if flt.dag_ids is not None:
+        conditions.append(xcom.dag_id.in_(sorted(flt.dag_ids)))
+    for column, wanted in ((xcom.dag_id, flt.dag_id), (xcom.run_id, flt.run_id), (xcom.task_id, flt.task_id)):
+        if wanted:
+            conditions.append(column == wanted)
+    if not (flt.cluster or flt.outcome):
+        return conditions
+    dialect = session.get_bind().dialect.name
+    cluster, outcome, document = _record_fields(dialect)
+    if flt.cluster:
+        if dialect == "sqlite":
+            attempts = func.json_each(document, "$.attempts").table_valued("value").alias("attempt")
+            attempted: ColumnElement[bool] = exists(
+                select(literal_column("1"))
+                .select_from(attempts)
+                .where(func.json_extract(attempts.c.value, "$.cluster") == flt.cluster)
+            )
+        else:
+            attempted = document.op("->")("attempts").op("@>")(
+                cast(literal(json.dumps([{"cluster": flt.cluster}])), JSONB)
+            )
+        # A cheap substring test first, so the JSON is parsed only for rows that mention the cluster.
+        conditions.append(xcom.value.cast(Text()).contains(flt.cluster, autoescape=True))
+        conditions.append(or_(cluster == flt.cluster, attempted))
+    if flt.outcome == "failover":
+        if dialect == "sqlite":
+            attempts = func.json_each(document, "$.attempts").table_valued("value").alias("left_attempt")
+            left: ColumnElement[bool] = exists(
+                select(literal_column("1"))
+                .select_from(attempts)
+                .where(func.json_extract(attempts.c.value, "$.outcome").in_(sorted(LEFT_OUTCOMES)))
+            )
+        else:
+            left = or_(
+                *(
+                    document.op("->")("attempts").op("@>")(
+                        cast(literal(json.dumps([{"outcome": name}])), JSONB)
+                    )
+                    for name in sorted(LEFT_OUTCOMES)
+                )
+            )
+        # Substring prefilter as for clusters: only records naming a leaving outcome are parsed.
+        value_text = xcom.value.cast(Text())
+        conditions.append(or_(*(value_text.contains(name) for name in sorted(LEFT_OUTCOMES))))
+        conditions.append(left)
+    elif flt.outcome:
+        conditions.append(outcome == flt.outcome)
+    return conditions
+
+
+def count_placements(session: Session, flt: PlacementFilter) -> int:
+    xcom = _xcom()
+    return int(
+        session.execute(select(func.count()).select_from(xcom).where(*_where(session, flt))).scalar_one()
+    )
+
+
+def list_placements(
+    session: Session, flt: PlacementFilter, limit: int = DEFAULT_PAGE_SIZE, offset: int = 0, ui_root: str = ""
+) -> list[dict[str, Any]]:
+    """One page of rows, newest first. Only this page's values are loaded and parsed."""
+    xcom = _xcom()
+    # Narrow rows for the sort (no value column), then the values of just this page.
+    page = session.execute(
+        select(xcom.dag_run_id, xcom.task_id, xcom.map_index, xcom.dag_id, xcom.run_id, xcom.timestamp)
+        .where(*_where(session, flt))
+        .order_by(xcom.timestamp.desc(), xcom.dag_run_id.desc(), xcom.task_id, xcom.map_index)
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    if not page:
+        return []
+    keys = [(row.dag_run_id, row.task_id, row.map_index) for row in page]
+    values = {
+        (row.dag_run_id, row.task_id, row.map_index): row.value
+        for row in session.execute(
+            select(xcom.dag_run_id, xcom.task_id, xcom.map_index, _value_text()).where(
+                xcom.key == XCOM_KEY, tuple_(xcom.dag_run_id, xcom.task_id, xcom.map_index).in_(keys)
+            )
+        )
+    }
+    return [
+        placement_row(
+            values.get((row.dag_run_id, row.task_id, row.map_index)),
+            dag_id=row.dag_id,
+            run_id=row.run_id,
+            task_id=row.task_id,
+            map_index=row.map_index,
+            recorded_at=row.timestamp,
+            ui_root=ui_root,
+        )
+        for row in page
+    ]
+
+
+def get_placement_value(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int) -> Any:
+    """The stored value of one task instance's record, or ``KeyError`` when there is none."""
+    xcom = _xcom()
+    row = session.execute(
+        select(_value_text(), xcom.timestamp).where(
+            xcom.key == XCOM_KEY,
+            xcom.dag_id == dag_id,
+            xcom.run_id == run_id,
+            xcom.task_id == task_id,
+            xcom.map_index == map_index,
+        )
+    ).first()
+    if row is None:
+        raise KeyError((dag_id, run_id, task_id, map_index))
+    return row.value, row.timestamp
+
+
+# --- Parsing ---------------------------------------------------------------------------------------------
+class UnreadableRecord(ValueError):
+    """A value under our XCom key that is not a placement record this version can read."""
+
+
+def parse_record(value: Any) -> PlacementRecord:
+    """The record in a stored XCom value (a JSON string, a JSON document, or already a mapping)."""
+    try:
+        while isinstance(value, str | bytes):
+            value = json.loads(value)
+    except (ValueError, TypeError) as exc:
+        raise UnreadableRecord(f"not JSON ({exc.__class__.__name__})") from None
+    if not isinstance(value, Mapping):
+        raise UnreadableRecord(f"not a placement record (a JSON {type(value).__name__})")
+    try:
+        return PlacementRecord.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "record"
+        raise UnreadableRecord(f"not a placement record ({where}: {first.get('msg', 'invalid')})") from None
+
+
+def failed_over(record: PlacementRecord) -> bool:
+    return any(attempt.outcome in LEFT_OUTCOMES for attempt in record.attempts)
+
+
+def placement_row(
+    value: Any,
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int,
+    recorded_at: datetime | None,
+    ui_root: str = "",
+) -> dict[str, Any]:
+    """The JSON row of one task try; an unreadable value gives a row that says so."""
+    row: dict[str, Any] = {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "map_index": map_index,
+        "recorded_at": recorded_at.isoformat() if recorded_at else None,
+        "task_instance_url": task_instance_path(dag_id, run_id, task_id, map_index, ui_root),
+    }
+    try:
+        record = parse_record(value)
+    except UnreadableRecord as exc:
+        return {**row, "readable": False, "error": str(exc), "try_number": None}
+    return {
+        **row,
+        "readable": True,
+        "try_number": record.try_number,
+        "cluster": record.cluster,
+        "outcome": record.outcome,
+        "reason": record.reason,
+        "plan_used": record.plan_used,
+        "failover": failed_over(record),
+        "attempts": [
+            {
+                "number": attempt.number,
+                "cluster": attempt.cluster,
+                "namespace": attempt.namespace,
+                "pod": attempt.pod,
+                "outcome": attempt.outcome,
+                "reason": attempt.reason,
+                "decision": attempt.decision,
+                "started_at": attempt.started_at.isoformat(),
+                "ended_at": attempt.ended_at.isoformat() if attempt.ended_at else None,
+                "resumed_from_checkpoint": attempt.resumed_from_checkpoint,
+            }
+            for attempt in record.attempts
+        ],
+        "decisions": len(record.decisions),
+        "excluded": record.excluded,
+        "waited_seconds": round(record.waited_seconds, 3),
+        "failover_seconds": round(record.failover_seconds, 3),
+        "started_at": record.started_at.isoformat(),
+        "ended_at": record.ended_at.isoformat() if record.ended_at else None,
+    }
+
+
+def decision_detail(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """One decision in the shape the page renders; a decision this version cannot read says so."""
+    try:
+        decision = Decision.from_dict(dict(raw)).to_dict()
+    except (KeyError, TypeError, ValueError) as exc:
+        return {"readable": False, "error": f"unreadable decision ({exc.__class__.__name__})"}
+    plugins: list[str] = []
+    for candidate in decision["candidates"]:
+        plugins.extend(name for name in candidate["breakdown"] if name not in plugins)
+    return {"readable": True, "plugins": plugins, **decision}
+
+
+def placement_detail(
+    value: Any,
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int,
+    recorded_at: datetime | None,
+    ui_root: str = "",
+) -> dict[str, Any]:
+    row = placement_row(
+        value,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=task_id,
+        map_index=map_index,
+        recorded_at=recorded_at,
+        ui_root=ui_root,
+    )
+    if not row["readable"]:
+        return {**row, "decisions": []}
+    record = parse_record(value)
+    return {**row, "decisions": [decision_detail(raw) for raw in record.decisions]}
+
+
+# --- Member clusters ----------------------------------------------------------------------------------
+def _median(values: Sequence[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every member of the hook's federation: spec, latest snapshot, cooldown and recent history."""
+    from airflow_provider_fedsched.cli_snapshot import summarize
+
+    now = now or datetime.now(UTC)
+    rows: list[dict[str, Any]] = []
+    for member in hook.spec.clusters:
+        snapshot = hook.state.get_snapshot(member.name)
+        summary = summarize(snapshot, now) if snapshot is not None else None
+        cooldown = hook.state.cooldown(member.name, now)
+        latency = [
+            float(s["seconds"])
+            for s in hook.state.history(member.name, "start_latency")[-RECENT_SAMPLES:]
+            if isinstance(s.get("seconds"), int | float)
+        ]
+        outcomes = hook.state.history(member.name, "outcome")[-RECENT_SAMPLES:]
+        durations = [float(s["duration"]) for s in outcomes if isinstance(s.get("duration"), int | float)]
+        counts: dict[str, int] = {}
+        for sample in outcomes:
+            name = str(sample.get("outcome", "unknown"))
+            counts[name] = counts.get(name, 0) + 1
+        rows.append(
+            {
+                "name": member.name,
+                "region": member.region,
+                "group": member.proximity_group,
+                "snapshot": summary is not None,
+                "reachable": summary["reachable"] if summary else None,
+                "reason": (summary["reason"] if summary else "no snapshot yet") or "",
+                "observed_at": snapshot.observed_at.isoformat() if snapshot else None,
+                "snapshot_age_seconds": summary["age_seconds"] if summary else None,
+                "nodes": summary["nodes"] if summary else 0,
+                "ready_nodes": summary["ready_nodes"] if summary else 0,
+                "free": summary["free"] if summary else {},
+                "total": summary["total"] if summary else {},
+                "largest_free_node": summary["largest_free_node"] if summary else None,
+                "cooldown": {"until": cooldown[0].isoformat(), "reason": cooldown[1]} if cooldown else None,
+                "start_latency": {
+                    "samples": len(latency),
+                    "median_seconds": _median(latency),
+                    "last_seconds": round(latency[-1], 3) if latency else None,
+                },
+                "outcomes": {
+                    "samples": len(outcomes),
+                    "counts": counts,
+                    "recent": [str(s.get("outcome", "unknown")) for s in outcomes[-10:]],
+                    "median_duration_seconds": _median(durations),
+                },
+            }
+        )
+    return rows

@@ -1,0 +1,285 @@
+// The Federation page: plain JS, no build step. Everything from the API is inserted as text (never HTML).
+"use strict";
+
+const PAGE_SIZE = 25;
+const LEFT = new Set(["insufficient", "evicted", "unreachable"]);
+const state = { offset: 0, total: 0, filters: {}, selected: null };
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+async function getJSON(path) {
+  const response = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  if (!response.ok) {
+    let detail = response.statusText;
+    try { detail = (await response.json()).detail || detail; } catch (e) { /* not JSON */ }
+    throw new Error(`${response.status}: ${typeof detail === "string" ? detail : JSON.stringify(detail)}`);
+  }
+  return response.json();
+}
+
+function seconds(value) {
+  if (value === null || value === undefined) return "–";
+  if (value < 60) return `${value.toFixed(value < 10 ? 1 : 0)} s`;
+  if (value < 3600) return `${(value / 60).toFixed(1)} min`;
+  return `${(value / 3600).toFixed(1)} h`;
+}
+
+function when(iso) {
+  if (!iso) return "–";
+  const date = new Date(iso);
+  return date.toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" });
+}
+
+function outcomeBadge(outcome) {
+  const kind = { succeeded: "ok", failed: "bad", running: "info", waiting: "warn" }[outcome]
+    || (LEFT.has(outcome) ? "warn" : "");
+  return el("span", { class: `badge ${kind}` }, outcome);
+}
+
+const RESOURCE_LABELS = { cpu: "CPU", memory: "Memory", "nvidia.com/gpu": "GPU" };
+
+function capacity(cluster) {
+  const names = Object.keys(cluster.total);
+  if (!names.length) return "–";
+  return el("table", { class: "capacity" }, el("tbody", {}, names.map((name) =>
+    el("tr", {}, el("th", {}, RESOURCE_LABELS[name] || name),
+      el("td", { class: "num" }, `${cluster.free[name] ?? "0"} / ${cluster.total[name]}`)))));
+}
+
+// --- Clusters ----------------------------------------------------------------------------------------
+async function loadClusters() {
+  const body = document.querySelector("#clusters-table tbody");
+  const error = document.getElementById("clusters-error");
+  let data;
+  try {
+    data = await getJSON("api/clusters");
+  } catch (e) {
+    error.hidden = false; error.textContent = `Cannot load clusters: ${e.message}`;
+    return [];
+  }
+  document.getElementById("federation-name").textContent = data.federation ? `· ${data.federation}` : "";
+  error.hidden = !data.error;
+  error.textContent = data.error ? `The federation cannot be read: ${data.error}` : "";
+  body.replaceChildren();
+  if (!data.clusters.length) {
+    body.append(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "No member clusters.")));
+  }
+  for (const c of data.clusters) {
+    const status = !c.snapshot ? el("span", { class: "badge" }, "no snapshot")
+      : c.reachable ? el("span", { class: "badge ok" }, "reachable")
+      : el("span", {}, el("span", { class: "badge bad" }, "unreachable"), el("div", { class: "small muted" }, c.reason));
+    const cooldown = c.cooldown
+      ? el("span", {}, el("span", { class: "badge warn" }, `until ${when(c.cooldown.until)}`),
+          el("div", { class: "small muted clamp", title: c.cooldown.reason }, c.cooldown.reason))
+      : el("span", { class: "muted" }, "–");
+    const outcomes = c.outcomes.samples
+      ? el("span", {},
+          el("span", { class: "dots", title: c.outcomes.recent.join(", ") },
+            c.outcomes.recent.map((o) => el("span", { class: `dot ${o}`, title: o }))),
+          Object.entries(c.outcomes.counts).map(([k, n]) => `${n} ${k}`).join(", "),
+          c.outcomes.median_duration_seconds !== null
+            ? el("div", { class: "small muted" }, `median run ${seconds(c.outcomes.median_duration_seconds)}`) : null)
+      : el("span", { class: "muted" }, "none yet");
+    body.append(el("tr", { "data-cluster": c.name },
+      el("td", { class: "nowrap" }, el("strong", {}, c.name)),
+      el("td", {}, c.region, c.group && c.group !== c.region ? el("span", { class: "muted" }, ` / ${c.group}`) : null),
+      el("td", {}, status, c.snapshot
+        ? el("div", { class: "small muted nowrap" }, `${c.ready_nodes}/${c.nodes} nodes ready`,
+            el("br"), `${seconds(c.snapshot_age_seconds)} old`)
+        : null),
+      el("td", {}, capacity(c)),
+      el("td", { class: "small" }, c.largest_free_node || "–"),
+      el("td", {}, cooldown),
+      el("td", { class: "num", title: "median over recent pod starts" },
+        c.start_latency.samples ? seconds(c.start_latency.median_seconds) : "–"),
+      el("td", { class: "small" }, outcomes)));
+  }
+  const select = document.querySelector("#filters select[name=cluster]");
+  const current = select.value;
+  select.replaceChildren(el("option", { value: "" }, "any"), ...data.clusters.map((c) => el("option", {}, c.name)));
+  select.value = current;
+  return data.clusters;
+}
+
+// --- Placement history -------------------------------------------------------------------------------
+function placementsQuery() {
+  const params = new URLSearchParams({ limit: PAGE_SIZE, offset: state.offset });
+  for (const [key, value] of Object.entries(state.filters)) if (value) params.set(key, value);
+  return params;
+}
+
+function attemptList(row) {
+  return el("ol", { class: "attempts" }, row.attempts.map((a) =>
+    el("li", {},
+      el("strong", {}, a.cluster), " ", outcomeBadge(a.outcome),
+      a.resumed_from_checkpoint ? el("span", { class: "badge info" }, "resumed") : null,
+      LEFT.has(a.outcome) || a.outcome === "failed" ? el("span", { class: "reason" }, a.reason) : null)));
+}
+
+function taskInstanceCell(row) {
+  return el("td", {},
+    el("a", { href: row.task_instance_url, target: "_top", class: "ti-link" }, `${row.dag_id} / ${row.task_id}`),
+    row.map_index >= 0 ? ` [${row.map_index}]` : null,
+    el("div", { class: "small muted mono" }, row.run_id));
+}
+
+async function loadPlacements() {
+  const body = document.querySelector("#placements-table tbody");
+  let data;
+  try {
+    data = await getJSON(`api/placements?${placementsQuery()}`);
+  } catch (e) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 10, class: "empty" }, `Cannot load placements: ${e.message}`)));
+    return;
+  }
+  state.total = data.total;
+  body.replaceChildren();
+  if (!data.placements.length) {
+    body.append(el("tr", {}, el("td", { colspan: 10, class: "empty" }, "No placement recorded for these filters.")));
+  }
+  for (const row of data.placements) {
+    const key = [row.dag_id, row.run_id, row.task_id, row.map_index].join("\u0000");
+    if (!row.readable) {
+      body.append(el("tr", { class: "unreadable" },
+        el("td", { class: "small" }, when(row.recorded_at)), taskInstanceCell(row), el("td", { class: "num" }, "–"),
+        el("td", { colspan: 7 }, `unreadable placement record: ${row.error}`)));
+      continue;
+    }
+    const tr = el("tr", { class: [row.failover ? "failover" : "", state.selected === key ? "selected" : ""].join(" ").trim() || null,
+                          "data-task": row.task_id },
+      el("td", { class: "small" }, when(row.recorded_at)),
+      taskInstanceCell(row),
+      el("td", { class: "num" }, row.try_number),
+      el("td", {}, row.cluster ? el("strong", {}, row.cluster) : el("span", { class: "muted" }, "–"),
+        row.failover ? el("div", {}, el("span", { class: "badge warn failover-mark" }, "failed over")) : null),
+      el("td", {}, outcomeBadge(row.outcome)),
+      el("td", {}, row.plan_used ? el("span", { class: "badge info" }, "plan") : el("span", { class: "muted" }, "–")),
+      el("td", {}, attemptList(row)),
+      el("td", { class: "num" }, seconds(row.waited_seconds)),
+      el("td", { class: "num" }, seconds(row.failover_seconds)),
+      el("td", {}, el("button", { type: "button", class: "button secondary", onclick: () => showDetail(row, key) }, "Decision")));
+    body.append(tr);
+  }
+  const last = Math.min(state.offset + data.placements.length, state.total);
+  document.getElementById("page-info").textContent =
+    state.total ? `${state.offset + 1}–${last} of ${state.total}` : "0 results";
+  document.getElementById("prev").disabled = state.offset === 0;
+  document.getElementById("next").disabled = last >= state.total;
+}
+
+// --- Decision detail ---------------------------------------------------------------------------------
+function candidatesTable(decision) {
+  const plugins = decision.plugins;
+  const head = el("tr", {}, el("th", { class: "num" }, "#"), el("th", {}, "Cluster"), el("th", { class: "num" }, "Score"),
+    plugins.map((p) => el("th", { class: "num", title: "weighted score (raw value, weight)" }, p)),
+    el("th", { class: "num" }, "Snapshot age"));
+  const rows = decision.candidates.map((c, i) => el("tr", { class: c.cluster === decision.cluster ? "winner" : null },
+    el("td", { class: "num" }, i + 1), el("td", {}, c.cluster), el("td", { class: "num" }, c.score.toFixed(1)),
+    plugins.map((p) => {
+      const term = c.breakdown[p];
+      return el("td", { class: "num" }, term
+        ? [term.weighted.toFixed(1), el("div", { class: "small muted" }, `raw ${+term.raw.toFixed(3)} · ×${term.weight}`)]
+        : "–");
+    }),
+    el("td", { class: "num" }, seconds(decision.snapshot_age_seconds[c.cluster]))));
+  return el("div", { class: "table-wrap" }, el("table", { class: "data candidates" }, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
+function rejectionsTable(decision) {
+  return el("div", { class: "table-wrap" }, el("table", { class: "data rejections" },
+    el("thead", {}, el("tr", {}, el("th", {}, "Cluster"), el("th", {}, "Plugin"), el("th", {}, "Reason"), el("th", {}, "Kind"))),
+    el("tbody", {}, decision.rejected.map((r) => el("tr", {},
+      el("td", {}, r.cluster), el("td", {}, r.plugin), el("td", {}, r.reason),
+      el("td", {}, r.permanent ? el("span", { class: "badge bad" }, "never") : el("span", { class: "badge" }, "not now")))))));
+}
+
+async function showDetail(row, key) {
+  state.selected = key;
+  const panel = document.getElementById("detail");
+  panel.hidden = false;
+  panel.replaceChildren(el("p", { class: "muted" }, "Loading decision…"));
+  const path = ["api/placements", row.dag_id, row.run_id, row.task_id].map((p, i) => (i ? encodeURIComponent(p) : p)).join("/");
+  let detail;
+  try {
+    detail = await getJSON(`${path}?map_index=${row.map_index}`);
+  } catch (e) {
+    panel.replaceChildren(el("p", { class: "notice error" }, `Cannot load the decision: ${e.message}`));
+    return;
+  }
+  const parts = [
+    el("h2", {}, `Decision detail: ${detail.dag_id} / ${detail.task_id}, try ${detail.try_number}`),
+    el("dl", {},
+      el("dt", {}, "Run"), el("dd", { class: "mono" }, detail.run_id),
+      el("dt", {}, "Ran on"), el("dd", {}, detail.cluster || "–", " ", outcomeBadge(detail.outcome)),
+      el("dt", {}, "Reason"), el("dd", {}, detail.reason || "–"),
+      el("dt", {}, "Waited / failing over"), el("dd", {}, `${seconds(detail.waited_seconds)} / ${seconds(detail.failover_seconds)}`),
+      el("dt", {}, "Task instance"), el("dd", {}, el("a", { href: detail.task_instance_url, target: "_top" }, "open in Airflow"))),
+  ];
+  detail.decisions.forEach((d, i) => {
+    parts.push(el("h3", {}, `Decision ${i + 1} of ${detail.decisions.length}: `,
+      d.readable ? outcomeBadge(d.outcome) : "unreadable", d.cluster ? ` → ${d.cluster}` : ""));
+    if (!d.readable) { parts.push(el("p", { class: "muted" }, d.error)); return; }
+    parts.push(el("p", {}, d.reason), el("p", { class: "small muted" }, `decided ${when(d.decided_at)}`));
+    if (d.candidates.length) parts.push(el("h3", {}, "Candidates (best first)"), candidatesTable(d));
+    if (d.rejected.length) parts.push(el("h3", {}, "Rejected"), rejectionsTable(d));
+  });
+  if (!detail.decisions.length) parts.push(el("p", { class: "muted" }, "No decision recorded."));
+  panel.replaceChildren(...parts);
+  document.querySelectorAll("#placements-table tbody tr").forEach((tr) => tr.classList.remove("selected"));
+  panel.scrollIntoView({ behavior: "smooth", block: "start" });
+}
+
+// --- Views and wiring --------------------------------------------------------------------------------
+function show(view) {
+  for (const name of ["clusters", "placements"]) {
+    document.getElementById(`view-${name}`).hidden = name !== view;
+    document.getElementById(`tab-${name}`).setAttribute("aria-selected", String(name === view));
+  }
+  document.body.dataset.view = view;
+}
+
+async function route() {
+  const [view, query] = location.hash.replace(/^#/, "").split("?");
+  if (view === "placements") {
+    state.filters = Object.fromEntries(new URLSearchParams(query || ""));
+    const form = document.getElementById("filters");
+    for (const input of form.elements) if (input.name) input.value = state.filters[input.name] || "";
+    show("placements");
+    await loadPlacements();
+  } else {
+    show("clusters");
+    await loadClusters();
+  }
+  document.body.dataset.loaded = "true";
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const form = document.getElementById("filters");
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.offset = 0;
+    const params = new URLSearchParams();
+    for (const [key, value] of new FormData(form)) if (value) params.set(key, value);
+    location.hash = `placements${params.toString() ? `?${params}` : ""}`;
+  });
+  form.addEventListener("reset", () => setTimeout(() => { state.offset = 0; location.hash = "placements"; }));
+  document.getElementById("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE_SIZE); loadPlacements(); });
+  document.getElementById("next").addEventListener("click", () => { state.offset += PAGE_SIZE; loadPlacements(); });
+  document.getElementById("refresh").addEventListener("click", route);
+  window.addEventListener("hashchange", route);
+  loadClusters();  // also fills the cluster filter
+  route();
+});

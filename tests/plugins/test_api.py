@@ -1,0 +1,199 @@
+"""The Federation JSON API over real XCom rows in the session's SQLite metadata database."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tests.plugins import records
+
+pytestmark = pytest.mark.airflow
+
+
+@pytest.fixture(scope="module")
+def client(airflow_db: None) -> Iterator[Any]:
+    """A TestClient for the plugin's app, authenticated by overriding Airflow's user dependency."""
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_fedsched.plugins.app import create_app
+
+    app = create_app()
+    app.dependency_overrides[get_user] = lambda: object()
+    # The rows below have no DAG in the database, so the auth manager's DAG filter would hide them.
+    app.dependency_overrides[app.state.readable_dag_ids] = lambda: None
+    rows = [
+        {
+            "dag_id": "etl",
+            "run_id": "manual__1",
+            "task_id": "extract",
+            "value": records.record(task_id="extract"),
+        },
+        {
+            "dag_id": "etl",
+            "run_id": "manual__1",
+            "task_id": "load",
+            "value": records.record(task_id="load", clusters=("east-cpu", "north-gpu")),
+        },
+        {
+            "dag_id": "etl",
+            "run_id": "manual__2",
+            "task_id": "load",
+            "value": records.record(
+                run_id="manual__2", task_id="load", clusters=("west-general",), outcome="failed"
+            ),
+        },
+        {
+            "dag_id": "report",
+            "run_id": "manual__1",
+            "task_id": "render",
+            "map_index": 3,
+            "value": records.record(dag_id="report", task_id="render", map_index=3, clusters=("north-gpu",)),
+        },
+        {"dag_id": "report", "run_id": "manual__1", "task_id": "broken", "raw_value": "not json {"},
+        {"dag_id": "report", "run_id": "manual__1", "task_id": "foreign", "raw_value": json.dumps([1, 2, 3])},
+        {"dag_id": "report", "run_id": "manual__1", "task_id": "other", "raw_value": json.dumps({"x": 1})},
+    ]
+    for minute, row in enumerate(rows):
+        row["timestamp"] = records.BASE_TIME + timedelta(minutes=minute)
+    records.clear_xcoms()
+    records.insert_xcoms(rows)
+    with TestClient(app) as test_client:
+        yield test_client
+    records.clear_xcoms()
+
+
+def placements(client: Any, **params: Any) -> dict[str, Any]:
+    response = client.get("/api/placements", params=params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_newest_first_with_total(client: Any) -> None:
+    data = placements(client)
+    assert data["total"] == 7
+    assert [r["task_id"] for r in data["placements"]] == [
+        "other",
+        "foreign",
+        "broken",
+        "render",
+        "load",
+        "load",
+        "extract",
+    ]
+
+
+def test_pagination(client: Any) -> None:
+    first = placements(client, limit=3, offset=0)["placements"]
+    second = placements(client, limit=3, offset=3)["placements"]
+    last = placements(client, limit=3, offset=6)
+    assert len(first) == len(second) == 3 and len(last["placements"]) == 1 and last["total"] == 7
+    assert {r["task_id"] for r in first}.isdisjoint({r["run_id"] + r["task_id"] for r in second})
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"dag_id": "etl"}, {("manual__1", "extract"), ("manual__1", "load"), ("manual__2", "load")}),
+        ({"dag_id": "etl", "run_id": "manual__2"}, {("manual__2", "load")}),
+        ({"task_id": "load"}, {("manual__1", "load"), ("manual__2", "load")}),
+        # the cluster filter matches where a try ran and every cluster it attempted
+        ({"cluster": "east-cpu"}, {("manual__1", "extract"), ("manual__1", "load")}),
+        ({"cluster": "north-gpu"}, {("manual__1", "load"), ("manual__1", "render")}),
+        ({"outcome": "failed"}, {("manual__2", "load")}),
+        ({"outcome": "failover"}, {("manual__1", "load")}),
+        ({"cluster": "west-general", "outcome": "succeeded"}, set()),
+    ],
+)
+def test_filters(client: Any, params: dict[str, str], expected: set[tuple[str, str]]) -> None:
+    data = placements(client, **params)
+    assert {(r["run_id"], r["task_id"]) for r in data["placements"]} == expected
+    assert data["total"] == len(expected)
+
+
+def test_failover_row(client: Any) -> None:
+    (row,) = placements(client, outcome="failover")["placements"]
+    assert row["failover"] is True and row["cluster"] == "north-gpu" and row["failover_seconds"] == 1.25
+    assert [(a["cluster"], a["outcome"]) for a in row["attempts"]] == [
+        ("east-cpu", "insufficient"),
+        ("north-gpu", "succeeded"),
+    ]
+    assert row["attempts"][0]["reason"] == "quota exceeded on east-cpu"
+    assert row["task_instance_url"] == "/dags/etl/runs/manual__1/tasks/load"
+
+
+def test_mapped_task_link(client: Any) -> None:
+    (row,) = placements(client, task_id="render")["placements"]
+    assert row["task_instance_url"] == "/dags/report/runs/manual__1/tasks/render/mapped/3"
+
+
+def test_unreadable_values_are_rows_not_errors(client: Any) -> None:
+    rows = {r["task_id"]: r for r in placements(client, dag_id="report")["placements"]}
+    for task_id in ("broken", "foreign", "other"):
+        assert rows[task_id]["readable"] is False, task_id
+        assert rows[task_id]["error"].startswith(("not JSON", "not a placement record"))
+    detail = client.get("/api/placements/report/manual__1/broken")
+    assert detail.status_code == 200 and detail.json()["readable"] is False
+
+
+def test_decision_detail(client: Any) -> None:
+    response = client.get("/api/placements/etl/manual__1/load", params={"try_number": 1})
+    assert response.status_code == 200, response.text
+    detail = response.json()
+    assert len(detail["decisions"]) == 2
+    first = detail["decisions"][0]
+    assert first["readable"] and first["cluster"] == "east-cpu" and first["plugins"] == ["Cost", "Locality"]
+    assert first["candidates"][0]["breakdown"]["Cost"]["weight"] == 2.0
+    assert first["rejected"][0]["plugin"] == "Sovereignty"
+
+
+def test_decision_detail_not_found(client: Any) -> None:
+    assert client.get("/api/placements/etl/manual__1/nope").status_code == 404
+    # Airflow clears XComs when a task runs again: an earlier try has no record any more
+    assert client.get("/api/placements/etl/manual__1/load", params={"try_number": 2}).status_code == 404
+
+
+def test_bad_parameters(client: Any) -> None:
+    assert client.get("/api/placements", params={"outcome": "exploded"}).status_code == 422
+    assert client.get("/api/placements", params={"limit": 0}).status_code == 422
+    assert client.get("/api/placements", params={"limit": 10_000}).status_code == 422
+
+
+def test_clusters_without_a_spec_explains(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__FEDSCHED__FEDERATION_SPEC", raising=False)
+    data = client.get("/api/clusters").json()
+    assert data["clusters"] == [] and "federation_spec" in data["error"]
+
+
+def test_only_readable_dags_are_listed(client: Any) -> None:
+    app = client.app
+    app.dependency_overrides[app.state.readable_dag_ids] = lambda: frozenset({"report"})
+    try:
+        assert {r["dag_id"] for r in placements(client)["placements"]} == {"report"}
+        assert client.get("/api/placements/etl/manual__1/load").status_code == 404
+    finally:
+        app.dependency_overrides[app.state.readable_dag_ids] = lambda: None
+
+
+def test_page_and_static_files(client: Any) -> None:
+    page = client.get("/ui")
+    assert page.status_code == 200 and "static/federation.js" in page.text
+    assert client.get("/static/federation.js").status_code == 200
+    assert client.get("/static/federation.css").headers["content-type"].startswith("text/css")
+    assert client.get("/static/..%2Fapp.py").status_code == 404
+    assert "//" not in page.text.replace("<!doctype", "")  # no external (CDN) assets
+
+
+@pytest.mark.parametrize("path", ["/ui", "/static/federation.js", "/api/clusters", "/api/placements"])
+def test_refused_without_credentials(airflow_db: None, path: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_fedsched.plugins.app import create_app
+
+    with TestClient(create_app()) as anonymous:
+        assert anonymous.get(path).status_code in (401, 403)
+        assert anonymous.get(path, headers={"Authorization": "Bearer not-a-token"}).status_code in (401, 403)

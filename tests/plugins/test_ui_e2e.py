@@ -1,0 +1,333 @@
+"""End to end: a real Airflow (API server, scheduler, DAG processor; SQLite, LocalExecutor, SimpleAuthManager)
+runs the demo DAG against the simulated federation; the Federation API and page show where each task ran,
+including the nightly_etl quota failover, and refuse anonymous requests. Screenshots go to ``docs/images``.
+
+About two minutes on two cores, most of it Airflow starting up and the tasks' processes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.plugins.browser import Browser, ensure_chromium
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(420)]
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGES = REPO / "docs" / "images"
+DAG_ID = "example_federated"
+TASKS = {"train_model", "eu_customer_report", "clickstream_rollup", "nightly_etl", "resumable_backfill"}
+ADMIN = ("admin", "admin")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Api:
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.token: str | None = None
+
+    def request(
+        self, method: str, path: str, body: Any = None, token: str | bool | None = True
+    ) -> tuple[int, Any]:
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        bearer = self.token if token is True else token
+        if bearer:
+            headers["Authorization"] = f"Bearer {bearer}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            raw, status = exc.read(), exc.code
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return 0, None
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def get(self, path: str, **kwargs: Any) -> tuple[int, Any]:
+        return self.request("GET", path, **kwargs)
+
+
+def wait_for(what: str, check: Any, timeout: float, processes: list[subprocess.Popen[bytes]]) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        for process in processes:
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"{what}: `{' '.join(map(str, process.args))}` exited ({process.returncode})"
+                )
+        time.sleep(1.0)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def airflow_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The simulated federation plus a running Airflow that has run the demo DAG once."""
+    from airflow_provider_fedsched.demo import airflow_env
+    from airflow_provider_fedsched.sim import SimFederation
+
+    root = tmp_path_factory.mktemp("e2e")
+    home = root / "airflow"
+    home.mkdir()
+    logs = root / "logs"
+    logs.mkdir()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    # Only the demo DAG: other example DAGs (scheduled ones) would compete for the executor.
+    dags = home / "dags"
+    dags.mkdir()
+    (dags / "example_federated_dag.py").symlink_to(REPO / "example_dags" / "example_federated_dag.py")
+    (home / "passwords.json").write_text(json.dumps({ADMIN[0]: ADMIN[1]}))
+    started = time.monotonic()
+    with SimFederation(state_dir=root / "sim", time_scale=0.5) as fed:
+        federation = root / "sim" / "federation.yaml"
+        spec = yaml.safe_load(federation.read_text())
+        spec["policy"]["snapshot_ttl_seconds"] = 600  # the quota incident below stays unseen by the snapshot
+        federation.write_text(yaml.safe_dump(spec, sort_keys=False))
+        for cluster in fed.clusters.values():
+            fed.call(cluster.create_namespace, "etl")
+        fed["east-cpu"].set_quota("etl", {"requests.cpu": "4", "pods": "20"}, name="etl-compute")
+        # The demo's environment (connections, federation spec, DAG folder) in a home of our own; the test
+        # session's unit-test settings must not leak in (random JWT keys per process would break the
+        # scheduler's calls to the execution API).
+        env = {
+            k: v
+            for k, v in airflow_env(fed.airflow_env_vars(), federation).items()
+            if k != "AIRFLOW__CORE__UNIT_TEST_MODE"
+        }
+        env.update(
+            {
+                "AIRFLOW_HOME": str(home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "2",
+                "AIRFLOW__CORE__AUTH_MANAGER": (
+                    "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+                ),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN[0]}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
+                "AIRFLOW__API__BASE_URL": base,
+                "AIRFLOW__API__PORT": str(port),
+                "AIRFLOW__API_AUTH__JWT_SECRET": "fedsched-e2e-jwt-secret-0123456789abcdef",
+                "AIRFLOW__API__SECRET_KEY": "fedsched-e2e-secret",
+                "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            }
+        )
+        airflow = str(Path(sys.executable).with_name("airflow"))
+
+        def run(*args: str) -> None:
+            with (logs / "setup.log").open("a") as out:
+                subprocess.run(
+                    [*args], env=env, stdout=out, stderr=subprocess.STDOUT, check=True, timeout=300
+                )
+
+        run(airflow, "db", "migrate")
+        run(
+            sys.executable,
+            "-c",
+            "from airflow_provider_fedsched.hooks.federation import FederationHook\n"
+            "FederationHook().collect()",
+        )
+        # The demo's quota incident: another team takes the rest of east-cpu's etl quota after the snapshot.
+        fed["east-cpu"].create_pod(
+            "etl",
+            {
+                "metadata": {"name": "other-team-etl", "annotations": {"sim.fedsched.io/duration": "3600"}},
+                "spec": {
+                    "containers": [
+                        {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "3"}}}
+                    ]
+                },
+            },
+        )
+        processes: list[subprocess.Popen[bytes]] = []
+        try:
+            for command in (
+                ["api-server", "--port", str(port), "--host", "127.0.0.1"],
+                ["scheduler"],
+                ["dag-processor"],
+            ):
+                out = (logs / f"{command[0]}.log").open("wb")
+                processes.append(
+                    subprocess.Popen([airflow, *command], env=env, stdout=out, stderr=subprocess.STDOUT)
+                )
+            api = Api(base)
+            wait_for(
+                "the API server",
+                lambda: api.get("/api/v2/monitor/health", token=False)[0] == 200,
+                120,
+                processes,
+            )
+            status, body = api.request(
+                "POST", "/auth/token", {"username": ADMIN[0], "password": ADMIN[1]}, token=False
+            )
+            assert status == 201, body
+            api.token = body["access_token"]
+            wait_for(
+                "the DAG to be parsed", lambda: api.get(f"/api/v2/dags/{DAG_ID}")[0] == 200, 120, processes
+            )
+            status, body = api.request("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+            assert status == 200, body
+            status, run_body = api.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None})
+            assert status == 200, run_body
+            run_id = run_body["dag_run_id"]
+
+            def finished() -> Any:
+                status, body = api.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+                return body if status == 200 and body["state"] in ("success", "failed") else None
+
+            final = wait_for("the DAG run to finish", finished, 240, processes)
+            yield {
+                "api": api,
+                "base": base,
+                "run_id": run_id,
+                "run_state": final["state"],
+                "logs": logs,
+                "clusters": sorted(fed.clusters),
+                "setup_seconds": time.monotonic() - started,
+            }
+        finally:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+def test_api_shows_the_run(airflow_site: dict[str, Any]) -> None:
+    api: Api = airflow_site["api"]
+    assert airflow_site["run_state"] == "success", f"see {airflow_site['logs']}"
+    status, clusters = api.get("/fedsched/api/clusters")
+    assert status == 200, clusters
+    assert [c["name"] for c in clusters["clusters"]] == airflow_site["clusters"]
+    assert all(c["snapshot"] and c["total"] for c in clusters["clusters"])
+
+    query = urllib.parse.urlencode({"dag_id": DAG_ID, "run_id": airflow_site["run_id"]})
+    status, page = api.get(f"/fedsched/api/placements?{query}")
+    assert status == 200, page
+    rows = {row["task_id"]: row for row in page["placements"]}
+    assert set(rows) == TASKS and page["total"] == len(TASKS)
+    assert all(row["readable"] and row["outcome"] == "succeeded" for row in rows.values())
+    etl = rows["nightly_etl"]
+    assert etl["failover"] and etl["attempts"][0]["cluster"] == "east-cpu"
+    assert etl["attempts"][0]["outcome"] == "insufficient" and "quota" in etl["attempts"][0]["reason"]
+    assert (
+        etl["task_instance_url"]
+        == f"/dags/{DAG_ID}/runs/{urllib.parse.quote(airflow_site['run_id'], safe='')}/tasks/nightly_etl"
+    )
+
+    path = (
+        f"/fedsched/api/placements/{DAG_ID}/{urllib.parse.quote(airflow_site['run_id'], safe='')}/nightly_etl"
+    )
+    status, detail = api.get(path)
+    assert status == 200, detail
+    assert len(detail["decisions"]) >= 2 and detail["decisions"][0]["cluster"] == "east-cpu"
+    assert detail["decisions"][1]["rejected"] or detail["decisions"][1]["candidates"]
+
+
+def test_the_task_instance_link_is_a_ui_route(airflow_site: dict[str, Any]) -> None:
+    api: Api = airflow_site["api"]
+    status, page = api.get(f"/fedsched/api/placements?dag_id={DAG_ID}&limit=1")
+    assert status == 200
+    link = page["placements"][0]["task_instance_url"]
+    request = urllib.request.Request(airflow_site["base"] + link)
+    with urllib.request.urlopen(request, timeout=30) as response:  # the UI's index.html for its router
+        assert response.status == 200 and '<div id="root"' in response.read().decode()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/fedsched/ui", "/fedsched/static/federation.js", "/fedsched/api/clusters", "/fedsched/api/placements"],
+)
+def test_anonymous_requests_are_refused(airflow_site: dict[str, Any], path: str) -> None:
+    api: Api = airflow_site["api"]
+    assert api.get(path, token=False)[0] in (401, 403)
+    assert api.get(path, token="forged.jwt.token")[0] in (401, 403)
+
+
+def test_plugin_is_registered(airflow_site: dict[str, Any]) -> None:
+    status, plugins = airflow_site["api"].get("/api/v2/plugins")
+    assert status == 200
+    (ours,) = [p for p in plugins["plugins"] if p["name"] == "fedsched"]
+    assert ours["external_views"][0]["url_route"] == "federation"
+    assert ours["fastapi_apps"][0]["url_prefix"] == "/fedsched"
+
+
+def test_page_in_chromium(airflow_site: dict[str, Any]) -> None:
+    binary = ensure_chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed and cannot be installed here (needs root and apt-get)")
+    base, api = airflow_site["base"], airflow_site["api"]
+    with Browser(binary) as browser:
+        # The UI's own JWT cookie, as after logging in: the page's fetches authenticate with it.
+        browser.set_cookie(base, "_token", api.token)
+        browser.open(
+            f"{base}/fedsched/ui#clusters",
+            ready="document.querySelectorAll('#clusters-table tbody tr[data-cluster]').length === 3",
+        )
+        text = browser.text()
+        for name in airflow_site["clusters"]:
+            assert name in text
+        browser.screenshot(IMAGES / "federation-clusters.png")
+
+        run = urllib.parse.quote(airflow_site["run_id"], safe="")
+        browser.open(
+            f"{base}/fedsched/ui#placements?dag_id={DAG_ID}&run_id={run}",
+            ready=f"document.querySelectorAll('#placements-table tr[data-task]').length === {len(TASKS)}",
+        )
+        failover_tasks = browser.evaluate(
+            "[...document.querySelectorAll('#placements-table tr.failover')].map(tr => tr.dataset.task)"
+        )
+        assert "nightly_etl" in failover_tasks
+        assert "failed over" in browser.text()
+        links = browser.evaluate(
+            "[...document.querySelectorAll('a.ti-link')].map(a => a.getAttribute('href'))"
+        )
+        assert any(link.endswith("/tasks/nightly_etl") for link in links)
+        # Decision detail of the failover row: tables, not raw JSON.
+        browser.evaluate("document.querySelector('tr.failover[data-task=nightly_etl] button').click()")
+        deadline = time.monotonic() + 15
+        while not browser.evaluate("document.querySelectorAll('#detail table.candidates').length > 0"):
+            assert time.monotonic() < deadline, "decision detail did not render"
+            time.sleep(0.2)
+        assert "Candidates (best first)" in browser.text()
+        browser.evaluate("window.scrollTo(0, 0)")
+        browser.screenshot(IMAGES / "federation-placements.png")
+
+        # Inside the Airflow UI: the plugin route shows the page in the UI's iframe (same origin and cookie).
+        in_frame = "document.querySelector('iframe')?.contentDocument?.body?.dataset.loaded === 'true'"
+        try:
+            browser.open(f"{base}/plugin/federation", ready=in_frame)
+        finally:
+            browser.screenshot(IMAGES / "federation-in-airflow-ui.png", full_page=False)
+        frame_text = browser.evaluate("document.querySelector('iframe').contentDocument.body.innerText")
+        assert all(name in frame_text for name in airflow_site["clusters"])
