@@ -12,6 +12,7 @@ Keys are ``fedsched/<federation>/<kind>/<cluster>[/<id>]``. Items that many writ
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
@@ -88,9 +89,17 @@ class AirflowVariableStateBackend:
             from airflow.sdk import Variable as SdkVariable
 
             return SdkVariable.get(key, default=None, deserialize_json=deserialize_json)
+        # Straight from the metadata database: outside a task and outside the API server, Variable.get
+        # only consults environment and external secrets backends.
         from airflow.models import Variable
+        from airflow.utils.session import create_session
 
-        return Variable.get(key, default_var=None, deserialize_json=deserialize_json)
+        with create_session() as session:
+            row = session.query(Variable).filter(Variable.key == key).one_or_none()
+            text = None if row is None else row.val
+        if text is None or not deserialize_json:
+            return text
+        return json.loads(text)
 
     def set(self, key: str, value: Any) -> None:
         if _in_task_runner():

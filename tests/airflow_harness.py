@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from cryptography.fernet import Fernet
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -29,6 +31,8 @@ def configure_environment() -> Path:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # One key for the session: worker subprocesses must decrypt what the test process wrote.
+            "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
         }
     )
     return dags

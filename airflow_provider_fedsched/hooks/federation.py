@@ -45,6 +45,10 @@ DEFAULT_SNAPSHOT_TIMEOUT = 2.0
 POLL_INTERVAL_BOUNDS = (2.0, 120.0)
 """Status polling and health checks: never more often than every 2 s, never less than every 2 min."""
 
+# Deciding and reserving happen under one lock per process, so that concurrent placements in a process
+# (threads, triggers) each see the reservations of the ones before.
+_placement_lock = threading.Lock()
+
 # One lock per (federation, cluster) and process: the in-process half of single-flight refresh.
 _refresh_locks: dict[tuple[str, str], threading.Lock] = {}
 _refresh_locks_guard = threading.Lock()
@@ -279,6 +283,22 @@ class FederationHook(BaseHook):
             exclude=exclude or {},
             policy=policy,
         )
+
+    def place(
+        self,
+        request: TaskRequest,
+        placement_id: str,
+        *,
+        exclude: Mapping[str, str] | None = None,
+        policy: PolicySpec | None = None,
+        forecast: Mapping[str, float] | None = None,
+    ) -> Decision:
+        """Decide and, when placed, reserve the request on the chosen cluster, as one step per process."""
+        with _placement_lock:
+            decision = self.decide(request, exclude=exclude, policy=policy, forecast=forecast)
+            if decision.outcome == "placed" and decision.cluster is not None:
+                self.reserve(decision.cluster, request, placement_id)
+        return decision
 
     def reserve(
         self, cluster: str, request: TaskRequest, placement_id: str, now: datetime | None = None

@@ -146,10 +146,18 @@ async def _list_all(api: Any) -> tuple[list[Any], list[Any], list[Any]]:
     nodes_call = api.list_node(_preload_content=False)
     pods_call = api.list_pod_for_all_namespaces(field_selector=NON_TERMINAL, _preload_content=False)
     quotas_call = api.list_resource_quota_for_all_namespaces(_preload_content=False)
+    from kubernetes_asyncio.client.exceptions import ApiException
+
     responses = await asyncio.gather(nodes_call, pods_call, quotas_call)
-    bodies = [await response.json() for response in responses]
-    for response in responses:
-        response.release()
+    try:
+        for response in responses:
+            # Unparsed responses (fast for large lists) are not checked by the client: check here.
+            if response.status >= 400:
+                raise ApiException(status=response.status, reason=response.reason)
+        bodies = [await response.json() for response in responses]
+    finally:
+        for response in responses:
+            response.release()
     return bodies[0]["items"], bodies[1]["items"], bodies[2]["items"]
 
 

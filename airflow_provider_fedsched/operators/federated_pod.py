@@ -310,8 +310,10 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 continue
 
     def _decide(self, context: Any) -> Decision:
-        """A valid precomputed plan for the first decision of a try, else a fresh one."""
+        """A valid precomputed plan for the first decision of a try, else a fresh one; either way the
+        chosen cluster holds the request (a reservation) until its snapshot shows the pod."""
         record = self._record
+        placement_id = _placement_id(record, len(record.attempts) + 1)
         if not record.decisions:
             decision, why = planned_decision(
                 self.federation_hook,
@@ -322,15 +324,17 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 exclude=record.excluded,
                 policy=self.policy_spec,
             )
-            if decision is not None:
+            if decision is not None and decision.cluster is not None:
                 record.plan_used = True
                 self.log.info("Using the precomputed plan: %s", decision.reason)
+                self.federation_hook.reserve(decision.cluster, self.task_request, placement_id)
                 return decision
             self.log.info("Scoring afresh: %s", why)
         now = datetime.now(UTC)
         horizon = timedelta(seconds=self.task_request.expected_duration_seconds)
-        return self.federation_hook.decide(
+        return self.federation_hook.place(
             self.task_request,
+            placement_id,
             exclude=record.excluded,
             policy=self.policy_spec,
             forecast=forecast_idle(self.federation_hook, now, now + horizon),
@@ -371,7 +375,6 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         record.cluster = cluster
         # Saved before the pod is created: a worker that dies right after the create still finds it.
         self._save(context)
-        self.federation_hook.reserve(cluster, self.task_request, attempt.placement_id)
         self.log.info(
             "Attempt %d: launching pod %s/%s in cluster %s (%s)%s",
             number,
@@ -530,6 +533,12 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                     raise PodLaunchTimeoutException(self._failure.reason)
             time.sleep(_START_CHECK_INTERVAL)
         super().await_pod_start(pod)
+        attempt = self._record.current
+        if attempt is not None:
+            latency = (datetime.now(UTC) - attempt.started_at).total_seconds()
+            self.federation_hook.state.record(
+                attempt.cluster, "start_latency", {"at": datetime.now(UTC).isoformat(), "seconds": latency}
+            )
 
     # How an attempt ended ----------------------------------------------------------------------------
     def _classify(self, exc: BaseException) -> ClusterFailure | None:

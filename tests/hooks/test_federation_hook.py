@@ -1,0 +1,238 @@
+"""FederationHook against the simulated federation: real HTTP, real clients, shared state in Airflow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_provider_fedsched.federation.request import TaskRequest
+from airflow_provider_fedsched.hooks.federation import FederationHook, poll_interval
+from airflow_provider_fedsched.sim import SimFederation
+from airflow_provider_fedsched.state import AirflowVariableStateBackend, FederationState, MemoryStateBackend
+
+pytestmark = pytest.mark.integration
+TIME_SCALE = 0.1
+
+
+@pytest.fixture(scope="module")
+def fed() -> Iterator[SimFederation]:
+    with SimFederation(time_scale=TIME_SCALE) as federation:
+        yield federation
+
+
+@pytest.fixture
+def spec_path(fed: SimFederation, tmp_path: Path) -> Path:
+    """The sim's spec under a fresh name, so that shared state never leaks between tests."""
+    spec = yaml.safe_load((fed.state_dir / "federation.yaml").read_text())
+    spec["name"] = f"hook-{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "federation.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def memory_hook(fed: SimFederation, spec_path: Path, **kwargs: object) -> FederationHook:
+    return FederationHook(
+        spec_path,
+        kubeconfig=fed.state_dir / "kubeconfig",
+        state=FederationState(MemoryStateBackend()),
+        **kwargs,
+    )
+
+
+def test_collects_every_cluster_concurrently(fed: SimFederation, spec_path: Path) -> None:
+    hook = memory_hook(fed, spec_path)
+    hook.collect()  # warm up imports and connections
+    for handle in fed.handles.values():
+        handle.faults.latency(1.0)
+    try:
+        started = time.monotonic()
+        snapshots = hook.collect()
+        elapsed = time.monotonic() - started
+    finally:
+        for handle in fed.handles.values():
+            handle.faults.latency(0)
+
+    assert {name: snap.reachable for name, snap in snapshots.items()} == dict.fromkeys(fed.clusters, True)
+    # Three clusters answering in 1 s each: one after another would take more than 3 s.
+    assert elapsed < 2.5
+    north = snapshots["north-gpu"]
+    assert sum(node.allocatable.get("nvidia.com/gpu", 0) for node in north.nodes) == 8
+    assert any(taint.key == "nvidia.com/gpu" for node in north.nodes for taint in node.taints)
+
+
+def test_a_slow_cluster_is_unavailable_and_does_not_hold_up_the_others(
+    fed: SimFederation, spec_path: Path
+) -> None:
+    hook = memory_hook(fed, spec_path, snapshot_timeout=2.0)
+    hook.collect()
+    fed["west-general"].faults.latency(3.0)
+    try:
+        started = time.monotonic()
+        snapshots = hook.collect()
+        elapsed = time.monotonic() - started
+    finally:
+        fed["west-general"].faults.latency(0)
+
+    assert snapshots["east-cpu"].reachable and snapshots["north-gpu"].reachable
+    west = snapshots["west-general"]
+    assert not west.reachable
+    assert west.reason is not None and "no answer" in west.reason and "within 2s" in west.reason
+    assert elapsed < 3.0  # the others were not made to wait for the slow one
+
+
+def test_api_down_then_back(fed: SimFederation, spec_path: Path) -> None:
+    hook = memory_hook(fed, spec_path)
+    fed["east-cpu"].faults.down()
+    try:
+        down = hook.collect(["east-cpu"])["east-cpu"]
+    finally:
+        fed["east-cpu"].faults.up()
+    back = hook.collect(["east-cpu"])["east-cpu"]
+
+    assert not down.reachable and down.reason is not None and "unreachable" in down.reason
+    assert "token" not in down.reason.lower()
+    assert back.reachable and len(back.nodes) == 3
+    decision = hook.engine.decide(
+        TaskRequest(resources={"cpu": 1000}), {"east-cpu": down}, now=datetime.now(UTC)
+    )
+    assert decision.outcome != "placed"
+
+
+def test_unauthorized_cluster_is_unavailable_with_a_reason_naming_it(
+    fed: SimFederation, tmp_path: Path
+) -> None:
+    kubeconfig = yaml.safe_load((fed.state_dir / "kubeconfig").read_text())
+    for user in kubeconfig["users"]:
+        user["user"]["token"] = "wrong-token-value"
+    bad = tmp_path / "kubeconfig"
+    bad.write_text(yaml.safe_dump(kubeconfig))
+    hook = FederationHook(
+        fed.state_dir / "federation.yaml", kubeconfig=bad, state=FederationState(MemoryStateBackend())
+    )
+
+    snapshot = hook.collect(["north-gpu"])["north-gpu"]
+
+    assert not snapshot.reachable
+    assert snapshot.reason is not None and "401" in snapshot.reason and "north-gpu" in snapshot.reason
+    assert "wrong-token-value" not in snapshot.reason
+
+
+def test_single_flight_refresh_one_cluster_read_for_many_concurrent_tasks(
+    fed: SimFederation, spec_path: Path
+) -> None:
+    shared = FederationState(MemoryStateBackend(), federation=spec_path.stem)
+    hooks = [
+        FederationHook(spec_path, kubeconfig=fed.state_dir / "kubeconfig", state=shared) for _ in range(8)
+    ]
+    hooks[0].spec  # noqa: B018 - parse once before the burst
+    for handle in fed.handles.values():
+        handle.reset_request_counts()
+    barrier = threading.Barrier(len(hooks))
+    results: list[dict[str, object]] = []
+
+    def task(hook: FederationHook) -> None:
+        barrier.wait()
+        results.append(hook.snapshots())
+
+    threads = [threading.Thread(target=task, args=(hook,)) for hook in hooks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert len(results) == len(hooks) and all(len(r) == 3 for r in results)
+    assert {name: handle.request_count("GET", "/api/v1/nodes") for name, handle in fed.handles.items()} == {
+        name: 1 for name in fed.clusters
+    }
+
+
+def test_reservations_prevent_over_placement_in_a_burst(tmp_path: Path) -> None:
+    config = {
+        "time_scale": TIME_SCALE,
+        "clusters": [
+            {
+                "name": "cheap",
+                "region": "r1",
+                "prices": {"cpu_hour": 0.01, "memory_gib_hour": 0.001},
+                "node_pools": [{"name": "p", "count": 5, "cpu": "4", "memory": "16Gi"}],
+            },
+            {
+                "name": "pricey",
+                "region": "r1",
+                "prices": {"cpu_hour": 0.05, "memory_gib_hour": 0.005},
+                "node_pools": [{"name": "p", "count": 10, "cpu": "16", "memory": "64Gi"}],
+            },
+        ],
+    }
+    with SimFederation(config) as fed:
+        hook = FederationHook(
+            fed.state_dir / "federation.yaml",
+            kubeconfig=fed.state_dir / "kubeconfig",
+            state=FederationState(MemoryStateBackend()),
+        )
+        request = TaskRequest(resources={"cpu": 2000, "memory": 2 * 2**30}, expected_duration_seconds=600)
+        placed: list[str] = []
+
+        def burst(index: int) -> None:
+            decision = hook.place(request, placement_id=f"burst-{index}")
+            placed.append(str(decision.cluster))
+
+        threads = [threading.Thread(target=burst, args=(i,)) for i in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+
+    assert sorted(placed) == ["cheap"] * 10 + ["pricey"] * 10
+
+
+def test_cooldown_and_snapshots_are_visible_from_a_second_worker_process(
+    fed: SimFederation, spec_path: Path, airflow_db: None
+) -> None:
+    # The default shared state of an Airflow deployment: Variables in the metadata database.
+    hook = FederationHook(
+        spec_path, kubeconfig=fed.state_dir / "kubeconfig", state=AirflowVariableStateBackend()
+    )
+    hook.collect()
+    until = hook.cool_down("east-cpu", "insufficient: quota")
+    script = (
+        "import json, sys\n"
+        "from datetime import UTC, datetime\n"
+        "from airflow_provider_fedsched.hooks.federation import FederationHook\n"
+        "hook = FederationHook(sys.argv[1])\n"
+        "now = datetime.now(UTC)\n"
+        "snaps = hook.state.snapshots([c.name for c in hook.spec.clusters])\n"
+        "until, why = hook.state.cooldown('east-cpu', now)\n"
+        "print(json.dumps({'snapshots': sorted(snaps), 'until': until.isoformat(), 'why': why}))\n"
+    )
+    worker = subprocess.run(
+        [sys.executable, "-c", script, str(spec_path)], capture_output=True, text=True, timeout=120
+    )
+    assert worker.returncode == 0, worker.stderr[-2000:]
+    seen = json.loads(worker.stdout.strip().splitlines()[-1])
+
+    assert seen == {
+        "snapshots": sorted(fed.clusters),
+        "until": until.isoformat(),
+        "why": "insufficient: quota",
+    }
+
+
+@pytest.mark.parametrize(
+    ("expected", "observed", "interval"),
+    [(10, (), 2.0), (600, (), 20.0), (3 * 3600, (), 120.0), (None, (30, 900, 1200), 30.0), (None, (), 2.0)],
+)
+def test_health_cadence_follows_task_duration(
+    expected: float | None, observed: tuple[float, ...], interval: float
+) -> None:
+    assert poll_interval(expected, observed) == interval
