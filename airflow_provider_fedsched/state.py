@@ -40,6 +40,10 @@ class StateBackend(Protocol):
 
     def keys(self, prefix: str) -> list[str]: ...
 
+    def get_many(self, prefix: str) -> dict[str, Any]:
+        """Every key under ``prefix`` with its value, in as few round trips as the backend allows."""
+        ...
+
 
 class MemoryStateBackend:
     """Process-local state, for unit tests and the CLI outside Airflow."""
@@ -63,6 +67,10 @@ class MemoryStateBackend:
     def keys(self, prefix: str) -> list[str]:
         with self._lock:
             return sorted(k for k in self._values if k.startswith(prefix))
+
+    def get_many(self, prefix: str) -> dict[str, Any]:
+        with self._lock:
+            return {k: v for k, v in self._values.items() if k.startswith(prefix)}
 
 
 def _in_task_runner() -> bool:
@@ -133,6 +141,20 @@ class AirflowVariableStateBackend:
             rows = session.query(Variable.key).filter(Variable.key.startswith(prefix)).all()
         return sorted(row[0] for row in rows)
 
+    def get_many(self, prefix: str) -> dict[str, Any]:
+        if _in_task_runner():
+            return {key: self.get(key) for key in self.keys(prefix)}
+        from airflow.models import Variable
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            rows = session.query(Variable).filter(Variable.key.startswith(prefix)).all()
+            return {row.key: json.loads(row.val) for row in rows if row.val is not None}
+
+
+# Decoded snapshots by (state prefix, cluster), shared by every hook in the process.
+_decoded: dict[tuple[str, str], ClusterSnapshot] = {}
+
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
@@ -154,15 +176,35 @@ class FederationState:
 
     # Snapshots --------------------------------------------------------------------------------------
     def put_snapshot(self, snapshot: ClusterSnapshot) -> None:
+        # The full snapshot first, then its small "observed at" marker that readers poll.
         self.backend.set(self._key("snapshot", snapshot.cluster), snapshot.model_dump(mode="json"))
+        self.backend.set(self._key("snapshot-at", snapshot.cluster), snapshot.observed_at.isoformat())
+        _decoded[(self.prefix, snapshot.cluster)] = snapshot
 
     def get_snapshot(self, cluster: str) -> ClusterSnapshot | None:
         raw = self.backend.get(self._key("snapshot", cluster))
         return ClusterSnapshot.model_validate(raw) if raw else None
 
     def snapshots(self, clusters: Iterable[str]) -> dict[str, ClusterSnapshot]:
-        found = {name: self.get_snapshot(name) for name in clusters}
-        return {name: snap for name, snap in found.items() if snap is not None}
+        """The newest snapshot of each cluster; only the ones that changed are read and decoded.
+
+        Every worker reads the small ``snapshot-at`` markers in one go and keeps decoded snapshots (with
+        their fit indexes) in memory, so a decision against cached state costs one small read.
+        """
+        markers = self.backend.get_many(f"{self.prefix}/snapshot-at/")
+        result: dict[str, ClusterSnapshot] = {}
+        for name in clusters:
+            at = markers.get(self._key("snapshot-at", name))
+            if at is None:
+                continue
+            cached = _decoded.get((self.prefix, name))
+            if cached is None or cached.observed_at != _parse(at):
+                cached = self.get_snapshot(name)
+                if cached is None:
+                    continue
+                _decoded[(self.prefix, name)] = cached
+            result[name] = cached
+        return result
 
     # Cooldowns --------------------------------------------------------------------------------------
     def cool_down(self, cluster: str, until: datetime, reason: str) -> None:
@@ -180,11 +222,14 @@ class FederationState:
         return (until, str(raw.get("reason", ""))) if until > now else None
 
     def cooldowns(self, clusters: Iterable[str], now: datetime) -> dict[str, datetime]:
+        """``cluster -> until`` for the clusters cooling down at ``now`` (one read for all)."""
+        wanted = set(clusters)
         result: dict[str, datetime] = {}
-        for name in clusters:
-            found = self.cooldown(name, now)
-            if found is not None:
-                result[name] = found[0]
+        for key, raw in self.backend.get_many(f"{self.prefix}/cooldown/").items():
+            name = key.rsplit("/", 1)[-1]
+            until = _parse(raw["until"]) if raw else None
+            if name in wanted and until is not None and until > now:
+                result[name] = until
         return result
 
     # In-flight reservations -------------------------------------------------------------------------
@@ -207,9 +252,8 @@ class FederationState:
     ) -> dict[str, ResourceList]:
         """Per cluster, the requests reserved but not yet visible in that cluster's snapshot."""
         result: dict[str, ResourceList] = {}
-        for key in self.backend.keys(f"{self.prefix}/reservation/"):
+        for key, raw in self.backend.get_many(f"{self.prefix}/reservation/").items():
             cluster, placement_id = key.rsplit("/", 2)[-2:]
-            raw = self.backend.get(key)
             if not raw:
                 continue
             at = _parse(raw["at"])

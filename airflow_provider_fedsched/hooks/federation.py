@@ -246,17 +246,13 @@ class FederationHook(BaseHook):
         result: dict[str, ClusterSnapshot] = {}
         pending = list(clusters)
         while pending and time.monotonic() < deadline:
-            for name in list(pending):
-                snapshot = self.state.get_snapshot(name)
-                if snapshot is not None and snapshot.observed_at >= since - timedelta(seconds=1):
+            for name, snapshot in self.state.snapshots(pending).items():
+                if snapshot.observed_at >= since - timedelta(seconds=1):
                     result[name] = snapshot
                     pending.remove(name)
             if pending:
                 time.sleep(0.05)
-        for name in pending:
-            snapshot = self.state.get_snapshot(name)
-            if snapshot is not None:
-                result[name] = snapshot
+        result.update(self.state.snapshots(pending))  # stale ones: the freshness filter decides
         return result
 
     # Decisions ---------------------------------------------------------------------------------------

@@ -1,0 +1,114 @@
+"""``fedsched plan``: precompute placements for the upcoming runs of every scheduled federated DAG.
+
+For cron or CI: reads the DAGs folder with Airflow's DagBag, plans every run due within ``--horizon`` and
+stores the plans in shared federation state (Airflow Variables), where the operator looks for them.
+``--dry-run`` prints the plan table without storing anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_fedsched.cli import EXIT_OK, UsageError
+from airflow_provider_fedsched.cli_place import load_federation, parse_duration
+from airflow_provider_fedsched.cli_snapshot import add_member_options
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="precompute placements for the upcoming runs of scheduled federated DAGs",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument("--dags-folder", help="DAGs folder to read (default: Airflow's [core] dags_folder)")
+    parser.add_argument(
+        "--federation", help="federation spec (YAML) for every task (default: each task's own)"
+    )
+    add_member_options(parser)
+    parser.add_argument("--horizon", default="24h", help="plan runs due within this long (default 24h)")
+    parser.add_argument("--runs", type=int, default=48, help="at most this many runs per DAG (default 48)")
+    parser.add_argument(
+        "--valid-for", default="1h", help="how long after its run is due a plan stays usable (default 1h)"
+    )
+    parser.add_argument("--fallbacks", type=int, default=2, help="fallback clusters per plan (default 2)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan table, store nothing")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from airflow_provider_fedsched.plans.planner import render_plan_table, run_planner
+
+    horizon = timedelta(seconds=parse_duration(args.horizon, "--horizon"))
+    valid_for = timedelta(seconds=parse_duration(args.valid_for, "--valid-for"))
+    if args.runs < 1:
+        raise UsageError(f"--runs: must be at least 1 (got {args.runs})")
+    if args.fallbacks < 0:
+        raise UsageError(f"--fallbacks: must not be negative (got {args.fallbacks})")
+    if args.dags_folder is not None and not Path(args.dags_folder).exists():
+        raise UsageError(f"--dags-folder {args.dags_folder}: no such file or directory")
+    if args.kubeconfig is not None and not Path(args.kubeconfig).is_file():
+        raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file")
+    if args.kubeconfig is not None and args.federation is None:
+        raise UsageError("--kubeconfig: needs --federation (the spec whose clusters it names)")
+    # Airflow logs to stdout while it parses DAGs; keep stdout for the table or the JSON document.
+    with contextlib.redirect_stdout(sys.stderr):
+        planned, errors = run_planner(
+            dags_folder=args.dags_folder,
+            hook=_hook(args),
+            horizon=horizon,
+            runs_per_dag=args.runs,
+            valid_for=valid_for,
+            fallbacks=args.fallbacks,
+            dry_run=args.dry_run,
+        )
+    for path, error in sorted(errors.items()):
+        last = error.strip().splitlines()[-1] if error.strip() else "import error"
+        print(f"fedsched plan: warning: {path} was not planned: {last}", file=sys.stderr)
+    if args.json:
+        document = {
+            "dry_run": args.dry_run,
+            "runs": [run.to_dict() for run in planned],
+            "import_errors": sorted(errors),
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(render_plan_table(planned), end="")
+        stored = sum(run.plan is not None for run in planned)
+        print("dry run: nothing stored" if args.dry_run else f"stored {stored} plan(s)")
+    return EXIT_OK
+
+
+def _hook(args: argparse.Namespace) -> Any:
+    """The hook serving every task when the command names the federation, else None (each task's own)."""
+    if args.federation is None:
+        return None
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.state import AirflowVariableStateBackend, MemoryStateBackend
+
+    spec = load_federation(args.federation)
+    if args.kubeconfig is not None:
+        _kubeconfig_connections(spec, args.kubeconfig)
+    # Stored plans must reach the operators: Airflow Variables, unless this is a dry run.
+    backend = MemoryStateBackend() if args.dry_run else AirflowVariableStateBackend()
+    return FederationHook(spec, state=backend, kubeconfig=args.kubeconfig, snapshot_timeout=args.timeout)
+
+
+def _kubeconfig_connections(spec: Any, kubeconfig: str) -> None:
+    """Outside Airflow, the operator builds its pod template through a connection named after the
+    cluster (its access from a kubeconfig has no conn_id): define one per member, for this process only,
+    pointing at the kubeconfig context of that name, unless such a connection is already defined."""
+    for cluster in spec.clusters:
+        variable = f"AIRFLOW_CONN_{cluster.name.upper()}"
+        if variable not in os.environ:
+            extra = {"kube_config_path": str(Path(kubeconfig).resolve()), "cluster_context": cluster.name}
+            if cluster.namespace:
+                extra["namespace"] = cluster.namespace
+            os.environ[variable] = json.dumps({"conn_type": "kubernetes", "extra": extra})

@@ -1,0 +1,304 @@
+"""The planner: precompute placements for the upcoming runs of every scheduled federated DAG.
+
+It reads DAGs the way Airflow does (a :class:`DagBag` over the DAGs folder), keeps the scheduled ones that
+have :class:`FederatedKubernetesOperator` tasks, asks each DAG's timetable (the scheduler's, from the
+serialized DAG) for its next runs within a horizon, builds each task's placement request with
+``operator.prepare()``, decides with the idle forecast for that run's window, and stores one
+:class:`~airflow_provider_fedsched.federation.plan.Plan` per task and logical date in shared state.
+
+A plan is made against the snapshots of now: hard rules are checked again when the run starts
+(:func:`~airflow_provider_fedsched.plans.runtime.planned_decision`); a cooldown that ends before the run
+is ignored at planning time.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_fedsched.federation.plan import Plan, plan_from_decision
+from airflow_provider_fedsched.plans.runtime import fold_profiles, idle_forecast
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HORIZON = timedelta(hours=24)
+DEFAULT_RUNS_PER_DAG = 48
+"""At most this many upcoming runs per DAG are planned (a ``* * * * *`` DAG does not flood state)."""
+DEFAULT_VALID_FOR = timedelta(hours=1)
+"""A plan stays usable this long after its run was due (a run may queue or start late)."""
+DEFAULT_FALLBACKS = 2
+
+
+@dataclass(slots=True)
+class PlannedRun:
+    """One task of one upcoming run, with its plan or why it has none."""
+
+    dag_id: str
+    task_id: str
+    logical_date: datetime
+    run_after: datetime
+    plan: Plan | None
+    note: str
+    """The planning decision's reason (why there is no plan, when there is none)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dag_id": self.dag_id,
+            "task_id": self.task_id,
+            "logical_date": self.logical_date.isoformat(),
+            "run_after": self.run_after.isoformat(),
+            "plan": self.plan.model_dump(mode="json") if self.plan else None,
+            "note": self.note,
+        }
+
+
+def load_dags(dags_folder: str | Path | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(dag_id -> DAG, file -> import error)`` parsed by Airflow's DagBag from the DAGs folder."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(dags_folder) if dags_folder is not None else None)
+    return dict(bag.dags), dict(bag.import_errors)
+
+
+def federated_tasks(dag: Any) -> list[FederatedKubernetesOperator]:
+    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+
+    return [task for task in dag.tasks if isinstance(task, FederatedKubernetesOperator)]
+
+
+def upcoming_runs(dag: Any, now: datetime, horizon: timedelta, limit: int) -> list[tuple[datetime, datetime]]:
+    """``(logical_date, run_after)`` of the DAG's next runs due within ``horizon`` from ``now``, from its
+    timetable as the scheduler evaluates it (start and end dates respected, no catch-up of the past)."""
+    import pendulum
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import TimeRestriction
+
+    timetable = DagSerialization.from_dict(DagSerialization.to_dict(dag)).timetable
+    if not timetable.periodic or not timetable.can_be_scheduled:
+        return []
+    # Earliest is the DAG's start, not now: with catch-up off the timetable itself skips to the present,
+    # and a data-interval timetable then still yields the interval that is running now (due soon).
+    start = pendulum.instance(dag.start_date or now)
+    end = pendulum.instance(now + horizon)
+    if dag.end_date is not None:
+        end = min(end, pendulum.instance(dag.end_date))
+    restriction = TimeRestriction(earliest=start, latest=end, catchup=False)
+    runs: list[tuple[datetime, datetime]] = []
+    info = None
+    while len(runs) < limit:
+        info = timetable.next_dagrun_info_v2(last_dagrun_info=info, restriction=restriction)
+        if info is None or info.run_after > now + horizon:
+            break
+        if info.run_after < now:
+            continue  # already due: the scheduler has created that run
+        logical = info.logical_date or info.run_after
+        runs.append((_plain_utc(logical), _plain_utc(info.run_after)))
+    return runs
+
+
+def _plain_utc(moment: datetime) -> datetime:
+    """A standard-library aware UTC datetime (pendulum's do not always keep their zone on conversion)."""
+    return datetime.fromtimestamp(moment.timestamp(), UTC)
+
+
+def compute_plans(
+    dags: Iterable[Any],
+    *,
+    now: datetime | None = None,
+    horizon: timedelta = DEFAULT_HORIZON,
+    runs_per_dag: int = DEFAULT_RUNS_PER_DAG,
+    valid_for: timedelta = DEFAULT_VALID_FOR,
+    fallbacks: int = DEFAULT_FALLBACKS,
+    hook: FederationHook | None = None,
+) -> list[PlannedRun]:
+    """Plans for the next runs of every scheduled DAG with federated tasks.
+
+    Each task decides with its own federation hook (its ``federation`` argument) unless ``hook`` is given
+    (the CLI's ``--federation``/``--kubeconfig``), which then serves every task.
+    """
+    now = now or datetime.now(UTC)
+    planned: list[PlannedRun] = []
+    context: dict[int, _HookView] = {}
+    shared_hooks: dict[str, FederationHook] = {}
+    for dag in sorted(dags, key=lambda d: d.dag_id):
+        tasks = federated_tasks(dag)
+        if not tasks:
+            continue
+        runs = upcoming_runs(dag, now, horizon, runs_per_dag)
+        for task in tasks:
+            # Tasks of one federation share one hook (one read of its snapshots); the cached property is
+            # replaced in this process only.
+            try:
+                shared = hook or shared_hooks.setdefault(
+                    task.federation_hook.engine.fingerprint, task.federation_hook
+                )
+                task.__dict__["federation_hook"] = shared
+
+                _, request = task.prepare(None)
+            except Exception as exc:
+                for logical, run_after in runs:
+                    planned.append(PlannedRun(dag.dag_id, task.task_id, logical, run_after, None, str(exc)))
+                continue
+            view = context.get(id(task.federation_hook))
+            if view is None:
+                view = context[id(task.federation_hook)] = _HookView.read(task.federation_hook, now)
+            for logical, run_after in runs:
+                end = run_after + timedelta(seconds=max(request.expected_duration_seconds, 60.0))
+                forecast = idle_forecast(view.models, run_after, end, request.resources)
+                decision = view.hook.engine.decide(
+                    request,
+                    view.snapshots,
+                    now=now,
+                    cooldowns={c: until for c, until in view.cooldowns.items() if until > run_after},
+                    reservations=view.reservations,
+                    forecast=forecast,
+                    policy=task.policy_spec,
+                )
+                plan = plan_from_decision(
+                    decision,
+                    dag_id=dag.dag_id,
+                    task_id=task.task_id,
+                    logical_date=logical,
+                    run_after=run_after,
+                    valid_until=run_after + valid_for,
+                    request=request,
+                    policy=task.policy_spec,
+                    forecast=forecast,
+                    fallbacks=fallbacks,
+                )
+                planned.append(
+                    PlannedRun(dag.dag_id, task.task_id, logical, run_after, plan, decision.reason)
+                )
+    return planned
+
+
+@dataclass(slots=True)
+class _HookView:
+    """What one federation looks like now, read once per planner run."""
+
+    hook: FederationHook
+    snapshots: dict[str, Any]
+    cooldowns: dict[str, datetime]
+    reservations: Mapping[str, Any]
+    models: dict[str, Any]
+
+    @classmethod
+    def read(cls, hook: FederationHook, now: datetime) -> _HookView:
+        names = [c.name for c in hook.spec.clusters]
+        snapshots = hook.snapshots(names, now=now)
+        return cls(
+            hook=hook,
+            snapshots=snapshots,
+            cooldowns=hook.state.cooldowns(names, now),
+            reservations=hook.state.reservations(snapshots, now),
+            models=fold_profiles(hook),
+        )
+
+
+def store_plans(planned: Iterable[PlannedRun], hooks: Iterable[FederationHook], now: datetime) -> int:
+    """Store every plan (replacing the one for the same run) and delete expired ones; returns how many
+    were stored."""
+    stored = 0
+    plans = [run.plan for run in planned if run.plan is not None]
+    for hook in _unique(hooks):
+        fingerprint = hook.engine.fingerprint
+        for plan in plans:
+            if plan.spec_fingerprint == fingerprint:
+                hook.state.put_plan(plan)
+                stored += 1
+        for old in hook.state.plans():
+            if old.valid_until < now:
+                hook.state.delete_plan(old)
+    return stored
+
+
+def _unique(hooks: Iterable[FederationHook]) -> list[FederationHook]:
+    seen: dict[int, FederationHook] = {}
+    for hook in hooks:
+        seen.setdefault(id(hook), hook)
+    return list(seen.values())
+
+
+def run_planner(
+    *,
+    dags_folder: str | Path | None = None,
+    hook: FederationHook | None = None,
+    horizon: timedelta = DEFAULT_HORIZON,
+    runs_per_dag: int = DEFAULT_RUNS_PER_DAG,
+    valid_for: timedelta = DEFAULT_VALID_FOR,
+    fallbacks: int = DEFAULT_FALLBACKS,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> tuple[list[PlannedRun], dict[str, str]]:
+    """Parse the DAGs folder, compute plans and (unless ``dry_run``) store them.
+
+    Returns the planned runs and the DAG files that failed to import (reported, not fatal: one broken
+    DAG must not stop the planning of the others)."""
+    now = now or datetime.now(UTC)
+    log.info("Planning runs due from %s to %s", now.isoformat(), (now + horizon).isoformat())
+    dags, errors = load_dags(dags_folder)
+    planned = compute_plans(
+        dags.values(),
+        now=now,
+        horizon=horizon,
+        runs_per_dag=runs_per_dag,
+        valid_for=valid_for,
+        fallbacks=fallbacks,
+        hook=hook,
+    )
+    if not dry_run:
+        hooks = (
+            [hook]
+            if hook is not None
+            else [t.federation_hook for d in dags.values() for t in federated_tasks(d)]
+        )
+        stored = store_plans(planned, hooks, now)
+        log.info("Stored %d plan(s) for %d planned task run(s)", stored, len(planned))
+    return planned, errors
+
+
+def render_plan_table(planned: list[PlannedRun], width: int = 140) -> str:
+    """A plain-text table of planned runs (no colour codes: it also goes into task logs)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
+    table = Table(title=f"Plans for {len(planned)} upcoming task run(s)", title_justify="left")
+    for column in ("dag", "task", "logical date", "primary", "fallbacks", "forecast idle", "valid until"):
+        table.add_column(column, overflow="fold")
+    for run in planned:
+        plan = run.plan
+        if plan is None:
+            table.add_row(
+                run.dag_id, run.task_id, _short(run.logical_date), "-", f"no plan: {run.note}", "", ""
+            )
+            continue
+        forecast = ", ".join(
+            f"{c} {plan.forecast[c]:.0%}" for c in plan.clusters if plan.forecast and c in plan.forecast
+        )
+        table.add_row(
+            run.dag_id,
+            run.task_id,
+            _short(run.logical_date),
+            plan.primary,
+            ", ".join(plan.clusters[1:]) or "-",
+            forecast or "none",
+            _short(plan.valid_until),
+        )
+    console.print(table)
+    file = console.file
+    assert isinstance(file, io.StringIO)
+    return file.getvalue()
+
+
+def _short(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")

@@ -1,0 +1,111 @@
+"""Run-time glue between the operator, shared federation state and the pure plan and forecast models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from airflow_provider_fedsched.federation.forecast import ForecastModel, SeasonalProfile, fit, parse_samples
+from airflow_provider_fedsched.federation.plan import validate_plan, version_problem
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.decision import Decision
+    from airflow_provider_fedsched.federation.request import TaskRequest
+    from airflow_provider_fedsched.federation.spec import PolicySpec
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+
+UTILIZATION = "utilization"
+
+
+def planned_decision(
+    hook: FederationHook,
+    request: TaskRequest,
+    *,
+    dag_id: str,
+    task_id: str,
+    logical_date: datetime | None,
+    exclude: dict[str, str],
+    policy: PolicySpec | None,
+) -> tuple[Decision | None, str]:
+    """A decision from a valid precomputed plan, or ``(None, why no plan was used)``.
+
+    Cheap checks first (is there a plan, same spec and request, not expired), then the plan's clusters
+    only are read and put through every hard rule of the engine.
+    """
+    if logical_date is None:
+        return None, "the run has no logical date"
+    try:
+        plan = hook.state.get_plan(dag_id, task_id, logical_date)
+    except ValueError as exc:
+        return None, f"the stored plan is unreadable ({str(exc).splitlines()[0]})"
+    if plan is None:
+        return None, "no plan for this task and logical date"
+    now = datetime.now(UTC)
+    problem = version_problem(plan, hook.engine, request, policy, now)
+    if problem is not None:
+        return None, problem
+    members = {cluster.name for cluster in hook.spec.clusters}
+    names = [name for name in plan.clusters if name in members]
+    snapshots = hook.snapshots(names, now=now)
+    now = datetime.now(UTC)  # a refresh may have taken a moment
+    decision, why = validate_plan(
+        plan,
+        hook.engine,
+        request,
+        snapshots,
+        now=now,
+        cooldowns=hook.state.cooldowns(names, now),
+        reservations=hook.state.reservations(snapshots, now),
+        exclude=exclude,
+        policy=policy,
+    )
+    return decision, why
+
+
+def fitted_models(hook: FederationHook, clusters: Iterable[str] | None = None) -> dict[str, ForecastModel]:
+    """A fitted forecast per cluster with enough history: the stored profile plus the raw history."""
+    names = list(clusters) if clusters is not None else [c.name for c in hook.spec.clusters]
+    models: dict[str, ForecastModel] = {}
+    for name in names:
+        profile = SeasonalProfile.from_dict(hook.state.get_forecast_profile(name))
+        model = fit(parse_samples(hook.state.history(name, UTILIZATION)), profile)
+        if model is not None:
+            models[name] = model
+    return models
+
+
+def fold_profiles(hook: FederationHook) -> dict[str, ForecastModel]:
+    """Fold each cluster's new history into its stored seasonal profile (the raw history keeps only the
+    newest samples); returns the fitted models. The planner calls this on every run."""
+    models: dict[str, ForecastModel] = {}
+    for cluster in hook.spec.clusters:
+        profile = SeasonalProfile.from_dict(hook.state.get_forecast_profile(cluster.name))
+        before = profile.folded_until
+        model = fit(parse_samples(hook.state.history(cluster.name, UTILIZATION)), profile)
+        if profile.folded_until != before:
+            hook.state.put_forecast_profile(cluster.name, profile.to_dict())
+        if model is not None:
+            models[cluster.name] = model
+    return models
+
+
+def idle_forecast(
+    models: dict[str, ForecastModel], start: datetime, end: datetime, resources: Iterable[str] | None = None
+) -> dict[str, float] | None:
+    """Predicted idle fraction per cluster over ``[start, end)``; None when no cluster has a forecast."""
+    wanted = list(resources or ())
+    forecast = {
+        name: value
+        for name, model in models.items()
+        if (value := model.idle_fraction(start, end, wanted)) is not None
+    }
+    return forecast or None
+
+
+def forecast_idle(hook: FederationHook, start: datetime, end: datetime) -> dict[str, float] | None:
+    """Predicted idle fraction per cluster over ``[start, end)``; None when there is no history."""
+    try:
+        return idle_forecast(fitted_models(hook), start, end)
+    except Exception:  # a bias must never fail a task: no forecast is neutral
+        return None

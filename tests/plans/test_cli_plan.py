@@ -1,0 +1,84 @@
+"""``fedsched plan``: the plan table from the DAGs folder, on the simulated federation."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_fedsched.cli import main
+from airflow_provider_fedsched.sim import SimFederation
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
+
+
+@pytest.fixture
+def dags_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    for name in ("example_periodic_federated_dag.py", "fedsched_planner_dag.py", "example_federated_dag.py"):
+        (folder / name).symlink_to(EXAMPLES / name)
+    (folder / "broken_dag.py").write_text("from airflow.sdk import DAG\nraise RuntimeError('broken dag')\n")
+    return folder
+
+
+@pytest.fixture
+def restored_environment() -> Iterator[None]:
+    """``--kubeconfig`` defines connections in the process environment: drop them afterwards."""
+    before = dict(os.environ)
+    yield
+    for key in set(os.environ) - set(before):
+        del os.environ[key]
+
+
+@pytest.mark.integration
+def test_dry_run_prints_plans_for_the_scheduled_federated_dag_only(
+    dags_folder: Path, capsys: pytest.CaptureFixture[str], restored_environment: None
+) -> None:
+    with SimFederation(time_scale=0.05) as fed:
+        code = main(
+            [
+                "plan",
+                "--dags-folder", str(dags_folder),
+                "--federation", str(fed.state_dir / "federation.yaml"),
+                "--kubeconfig", str(fed.kubeconfig_path),
+                "--horizon", "3h",
+                "--dry-run",
+                "--json",
+            ]
+        )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    document = json.loads(captured.out)
+    assert document["dry_run"] is True
+    # example_federated has no schedule, the planner DAG no federated task: only the periodic DAG.
+    assert {run["dag_id"] for run in document["runs"]} == {"example_periodic_federated"}
+    assert len(document["runs"]) in (4, 6)  # 2 tasks x the 2 or 3 runs due within 3 hours
+    for run in document["runs"]:
+        plan = run["plan"]
+        assert plan is not None, run["note"]
+        assert datetime.fromisoformat(plan["logical_date"]) == datetime.fromisoformat(run["logical_date"])
+        if run["task_id"] == "hourly_rollup":
+            assert "west-general" not in plan["clusters"]
+    assert document["import_errors"] == [str(dags_folder / "broken_dag.py")]
+    assert "broken_dag.py was not planned: RuntimeError: broken dag" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--horizon", "soon"], "--horizon: 'soon' is not a duration"),
+        (["--dags-folder", "/nonexistent"], "--dags-folder /nonexistent: no such file or directory"),
+        (["--runs", "0"], "--runs: must be at least 1"),
+        (["--kubeconfig", __file__], "--kubeconfig: needs --federation"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_option(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", *argv]) == 2
+    assert message in capsys.readouterr().err
