@@ -7,7 +7,6 @@ takes milliseconds. A cluster that does not answer in time is unavailable, with 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import threading
@@ -31,6 +30,7 @@ from airflow_provider_fedsched.kube.access import (
     access_from_extras,
     access_from_kubeconfig_file,
 )
+from airflow_provider_fedsched.kube.clients import run_in_background
 from airflow_provider_fedsched.kube.snapshots import collect_snapshots, delete_pods
 from airflow_provider_fedsched.state import (
     AirflowVariableStateBackend,
@@ -198,7 +198,7 @@ class FederationHook(BaseHook):
 
     def collect(self, clusters: Iterable[str] | None = None) -> dict[str, ClusterSnapshot]:
         """Synchronous :meth:`acollect` (not from inside a running event loop: use ``acollect``)."""
-        return asyncio.run(self.acollect(clusters))
+        return run_in_background(self.acollect(clusters))
 
     def snapshots(
         self, clusters: Iterable[str] | None = None, now: datetime | None = None

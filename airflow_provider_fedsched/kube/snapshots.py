@@ -27,6 +27,7 @@ from airflow_provider_fedsched.federation.resources import (
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot, NodeSnapshot
 from airflow_provider_fedsched.federation.spec import Taint
 from airflow_provider_fedsched.kube.access import ClusterAccess
+from airflow_provider_fedsched.kube.clients import api_client, discard_client
 
 PLACEMENT_LABEL = "fedsched.io/placement"
 """Label every pod launched by the operator carries: lets a snapshot show which reservations landed."""
@@ -170,14 +171,13 @@ async def collect_snapshot(
     now = clock or (lambda: datetime.now(UTC))
 
     async def read() -> ClusterSnapshot:
-        configuration = await access.async_configuration()
-        async with client.ApiClient(configuration=configuration) as api_client:
-            nodes, pods, quotas = await _list_all(client.CoreV1Api(api_client))
+        nodes, pods, quotas = await _list_all(client.CoreV1Api(await api_client(access)))
         return condense(access.cluster, nodes, pods, quotas, observed_at=now())
 
     try:
         return await asyncio.wait_for(read(), timeout)
     except Exception as exc:
+        await discard_client(access)
         return ClusterSnapshot(
             cluster=access.cluster,
             observed_at=now(),
@@ -203,16 +203,14 @@ async def delete_pods(
     gone: list[tuple[str, str]] = []
 
     async def run() -> None:
-        configuration = await access.async_configuration()
-        async with client.ApiClient(configuration=configuration) as api_client:
-            api = client.CoreV1Api(api_client)
-            for namespace, name in pods:
-                try:
-                    await api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        continue
-                gone.append((namespace, name))
+        api = client.CoreV1Api(await api_client(access))
+        for namespace, name in pods:
+            try:
+                await api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            except ApiException as exc:
+                if exc.status != 404:
+                    continue
+            gone.append((namespace, name))
 
     # Still unreachable: the pods stay on the list for the next snapshot.
     with contextlib.suppress(Exception):
