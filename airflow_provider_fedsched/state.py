@@ -176,9 +176,13 @@ class FederationState:
 
     # Snapshots --------------------------------------------------------------------------------------
     def put_snapshot(self, snapshot: ClusterSnapshot) -> None:
-        # The full snapshot first, then its small "observed at" marker that readers poll.
+        # The full snapshot first, then the small index of "observed at" times that readers poll. Two
+        # workers updating the index at the same instant may drop one entry; that cluster then looks
+        # stale and is refreshed again: a wasted call, never a wrong decision.
         self.backend.set(self._key("snapshot", snapshot.cluster), snapshot.model_dump(mode="json"))
-        self.backend.set(self._key("snapshot-at", snapshot.cluster), snapshot.observed_at.isoformat())
+        index = dict(self.backend.get(f"{self.prefix}/snapshot-index") or {})
+        index[snapshot.cluster] = snapshot.observed_at.isoformat()
+        self.backend.set(f"{self.prefix}/snapshot-index", index)
         _decoded[(self.prefix, snapshot.cluster)] = snapshot
 
     def get_snapshot(self, cluster: str) -> ClusterSnapshot | None:
@@ -188,13 +192,13 @@ class FederationState:
     def snapshots(self, clusters: Iterable[str]) -> dict[str, ClusterSnapshot]:
         """The newest snapshot of each cluster; only the ones that changed are read and decoded.
 
-        Every worker reads the small ``snapshot-at`` markers in one go and keeps decoded snapshots (with
-        their fit indexes) in memory, so a decision against cached state costs one small read.
+        Every worker reads the small snapshot index in one call and keeps decoded snapshots (with their
+        fit indexes) in memory, so a decision against cached state costs one small read.
         """
-        markers = self.backend.get_many(f"{self.prefix}/snapshot-at/")
+        index = self.backend.get(f"{self.prefix}/snapshot-index") or {}
         result: dict[str, ClusterSnapshot] = {}
         for name in clusters:
-            at = markers.get(self._key("snapshot-at", name))
+            at = index.get(name)
             if at is None:
                 continue
             cached = _decoded.get((self.prefix, name))
@@ -319,6 +323,14 @@ class FederationState:
     def get_forecast_profile(self, cluster: str) -> dict[str, Any] | None:
         raw = self.backend.get(self._key("forecast-profile", cluster))
         return dict(raw) if raw else None
+
+    def put_forecast_models(self, models: Mapping[str, Mapping[str, Any]]) -> None:
+        """Every cluster's fitted forecast in one key, so that a task reads them with one call."""
+        self.backend.set(f"{self.prefix}/forecast-models", {name: dict(m) for name, m in models.items()})
+
+    def get_forecast_models(self) -> dict[str, dict[str, Any]]:
+        raw = self.backend.get(f"{self.prefix}/forecast-models")
+        return dict(raw) if isinstance(raw, dict) else {}
 
     # Precomputed plans ------------------------------------------------------------------------------
     def _plan_key(self, dag_id: str, task_id: str, logical_date: datetime) -> str:

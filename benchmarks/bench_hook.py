@@ -79,8 +79,11 @@ class SimProcess:
     def fault(self, cluster: str, *args: str) -> None:
         import subprocess
 
-        subprocess.run([self.fedsched, "sim", "fault", "--state-dir", str(self.dir), cluster, *args], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [self.fedsched, "sim", "fault", "--state-dir", str(self.dir), cluster, *args],
+            check=True,
+            capture_output=True,
+        )
 
     def stop(self) -> None:
         self.process.terminate()
@@ -129,16 +132,24 @@ def airflow_sqlite() -> None:
     db.initdb()
 
 
-def bench_cached_decisions(sizes: list[int], decisions: int) -> list[tuple[str, int, float, float, float, float]]:
+def bench_cached_decisions(
+    sizes: list[int], decisions: int
+) -> list[tuple[str, int, float, float, float, float]]:
     from airflow_provider_fedsched.federation import FederationEngine
     from airflow_provider_fedsched.hooks.federation import FederationHook
-    from airflow_provider_fedsched.state import AirflowVariableStateBackend, FederationState, MemoryStateBackend
+    from airflow_provider_fedsched.state import (
+        AirflowVariableStateBackend,
+        FederationState,
+        MemoryStateBackend,
+    )
 
     rows = []
     for clusters in sizes:
         spec, snapshots = generate(clusters, seed=7)
         # Every generated snapshot counts as fresh here: this measures reading state, not refreshing.
-        spec = spec.model_copy(update={"policy": spec.policy.model_copy(update={"snapshot_ttl_seconds": 1e9})})
+        spec = spec.model_copy(
+            update={"policy": spec.policy.model_copy(update={"snapshot_ttl_seconds": 1e9})}
+        )
         workload = requests(11, decisions)
         engine = FederationEngine(spec)
         for request in workload[:3]:
@@ -148,8 +159,10 @@ def bench_cached_decisions(sizes: list[int], decisions: int) -> list[tuple[str, 
             start = time.perf_counter()
             engine.decide(request, snapshots, now=NOW)
             base.append(time.perf_counter() - start)
-        for backend_name, backend in (("in-memory", MemoryStateBackend()), ("Airflow Variables (SQLite)",
-                                                                             AirflowVariableStateBackend())):
+        for backend_name, backend in (
+            ("in-memory", MemoryStateBackend()),
+            ("Airflow Variables (SQLite)", AirflowVariableStateBackend()),
+        ):
             state = FederationState(backend, federation=f"bench-{clusters}-{backend_name[:3]}")
             for snapshot in snapshots.values():
                 state.put_snapshot(snapshot)
@@ -188,7 +201,9 @@ def main() -> int:
         print(f"| {label} | {one * 1e3:.0f} ms | {everything * 1e3:.0f} ms | {ratio:.2f}x | {target} |")
     cached = bench_cached_decisions([100] if args.quick else [100, 1000], 100 if args.quick else 300)
     print("\n### FederationHook: decisions against cached shared state\n")
-    print("| state backend | clusters | bare engine p50 (baseline) | hook.decide p50 | hook.decide p99 | ratio |")
+    print(
+        "| state backend | clusters | bare engine p50 (baseline) | hook.decide p50 | hook.decide p99 | ratio |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for backend_name, clusters, base, p50, p99, ratio in cached:
         print(f"| {backend_name} | {clusters} | {base:.2f} ms | {p50:.2f} ms | {p99:.2f} ms | {ratio:.2f}x |")

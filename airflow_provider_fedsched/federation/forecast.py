@@ -180,6 +180,34 @@ class ForecastModel:
     """The same error for the naive forecast "as the previous sample"."""
     samples: int
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile.to_dict(),
+            "anomaly": dict(self.anomaly),
+            "last_at": self.last_at.isoformat() if self.last_at else None,
+            "mae": self.mae,
+            "persistence_mae": self.persistence_mae,
+            "samples": self.samples,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ForecastModel | None:
+        """The stored form back; None when malformed (the forecast is a bias: missing means neutral)."""
+        try:
+            last_at = data.get("last_at")
+            return cls(
+                profile=SeasonalProfile.from_dict(data.get("profile")),
+                anomaly={str(k): float(v) for k, v in dict(data.get("anomaly") or {}).items()},
+                last_at=datetime.fromisoformat(last_at).astimezone(UTC) if last_at else None,
+                mae=None if data.get("mae") is None else float(data["mae"]),
+                persistence_mae=None
+                if data.get("persistence_mae") is None
+                else float(data["persistence_mae"]),
+                samples=int(data.get("samples") or 0),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
     def used(self, resource: str, moment: datetime) -> float | None:
         seasonal = self.profile.expected(resource, moment)
         if seasonal is None:

@@ -35,6 +35,8 @@ class Attempt(BaseModel):
     started_at: datetime
     ended_at: datetime | None = None
     resumed_from_checkpoint: bool = False
+    running_at: datetime | None = None
+    """When the operator saw the pod running (pod start latency = running_at - started_at)."""
     decision: str = ""
     """The decision's one-line reason for choosing this cluster."""
 

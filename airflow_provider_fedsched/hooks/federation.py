@@ -102,6 +102,7 @@ class FederationHook(BaseHook):
         self.kubeconfig = kubeconfig
         self.snapshot_timeout = snapshot_timeout
         self._state_arg = state
+        self._accesses: dict[str, ClusterAccess | ClusterAccessError] = {}
         self.refresh_count = 0
         """Snapshots this hook collected from clusters (not read from shared state)."""
 
@@ -137,12 +138,15 @@ class FederationHook(BaseHook):
     def engine(self) -> FederationEngine:
         return FederationEngine(self.spec)
 
-    @cached_property
-    def _accesses(self) -> dict[str, ClusterAccess | ClusterAccessError]:
-        return {cluster.name: self._resolve(cluster.name) for cluster in self.spec.clusters}
-
     def _resolve(self, name: str) -> ClusterAccess | ClusterAccessError:
-        cluster = self.spec.cluster(name)
+        """Resolve a member's connection once (on first use: a task touches only the clusters it uses)."""
+        if name in self._accesses:
+            return self._accesses[name]
+        self._accesses[name] = found = self._read_access(name)
+        return found
+
+    def _read_access(self, name: str) -> ClusterAccess | ClusterAccessError:
+        cluster = self.spec.cluster(name)  # raises SpecError naming an unknown cluster
         try:
             if self.kubeconfig is not None:
                 return access_from_kubeconfig_file(name, name, self.kubeconfig, cluster.namespace)
@@ -152,20 +156,15 @@ class FederationHook(BaseHook):
 
     def access(self, cluster: str) -> ClusterAccess:
         """How to reach ``cluster``; raises :class:`ClusterAccessError` naming cluster and connection."""
-        if cluster not in self._accesses:
-            self.spec.cluster(cluster)  # raises SpecError naming the unknown cluster
-        resolved = self._accesses[cluster]
+        resolved = self._resolve(cluster)
         if isinstance(resolved, ClusterAccessError):
             raise resolved
         return resolved
 
     def validate_members(self) -> dict[str, str]:
         """``cluster -> problem`` for every member whose connection cannot be used."""
-        return {
-            name: str(found)
-            for name, found in self._accesses.items()
-            if isinstance(found, ClusterAccessError)
-        }
+        resolved = {cluster.name: self._resolve(cluster.name) for cluster in self.spec.clusters}
+        return {name: str(found) for name, found in resolved.items() if isinstance(found, ClusterAccessError)}
 
     # Snapshots ---------------------------------------------------------------------------------------
     def _unavailable(self, cluster: str, reason: str) -> ClusterSnapshot:

@@ -337,7 +337,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             placement_id,
             exclude=record.excluded,
             policy=self.policy_spec,
-            forecast=forecast_idle(self.federation_hook, now, now + horizon),
+            forecast=forecast_idle(self.federation_hook, now, now + horizon, self.task_request.resources),
         )
 
     def resume_placement(self, context: Any, event: Any = None) -> Any:
@@ -535,10 +535,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         super().await_pod_start(pod)
         attempt = self._record.current
         if attempt is not None:
-            latency = (datetime.now(UTC) - attempt.started_at).total_seconds()
-            self.federation_hook.state.record(
-                attempt.cluster, "start_latency", {"at": datetime.now(UTC).isoformat(), "seconds": latency}
-            )
+            attempt.running_at = datetime.now(UTC)  # recorded with the outcome, off the start-up path
 
     # How an attempt ended ----------------------------------------------------------------------------
     def _classify(self, exc: BaseException) -> ClusterFailure | None:
@@ -668,6 +665,15 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 "duration": (attempt.ended_at - attempt.started_at).total_seconds(),
             },
         )
+        if attempt.running_at is not None:
+            self.federation_hook.state.record(
+                attempt.cluster,
+                "start_latency",
+                {
+                    "at": attempt.running_at.isoformat(),
+                    "seconds": (attempt.running_at - attempt.started_at).total_seconds(),
+                },
+            )
         self._save(context)
         self._publish(context)
         self.log.info("Placement: %s", record.summary())

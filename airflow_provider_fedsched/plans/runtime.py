@@ -87,6 +87,7 @@ def fold_profiles(hook: FederationHook) -> dict[str, ForecastModel]:
             hook.state.put_forecast_profile(cluster.name, profile.to_dict())
         if model is not None:
             models[cluster.name] = model
+    hook.state.put_forecast_models({name: model.to_dict() for name, model in models.items()})
     return models
 
 
@@ -103,9 +104,14 @@ def idle_forecast(
     return forecast or None
 
 
-def forecast_idle(hook: FederationHook, start: datetime, end: datetime) -> dict[str, float] | None:
-    """Predicted idle fraction per cluster over ``[start, end)``; None when there is no history."""
+def forecast_idle(
+    hook: FederationHook, start: datetime, end: datetime, resources: Iterable[str] | None = None
+) -> dict[str, float] | None:
+    """Predicted idle fraction per cluster over ``[start, end)`` for ``resources``, from the models the
+    planner last fitted (one read of shared state); None when there are none."""
     try:
-        return idle_forecast(fitted_models(hook), start, end)
+        stored = hook.state.get_forecast_models()
+        models = {name: m for name, raw in stored.items() if (m := ForecastModel.from_dict(raw)) is not None}
+        return idle_forecast(models, start, end, resources)
     except Exception:  # a bias must never fail a task: no forecast is neutral
         return None

@@ -96,6 +96,10 @@ def test_forecast_is_neutral_without_history_and_biases_with_it(hook: Federation
         at = (now - timedelta(minutes=15 * (12 - step))).isoformat()
         hook.state.record("east", "utilization", {"at": at, "used_fraction": {"cpu": 0.9, "memory": 0.5}})
         hook.state.record("west", "utilization", {"at": at, "used_fraction": {"cpu": 0.2, "memory": 0.1}})
+    # History alone is not read at run time (one read per cluster is too slow for a task's start): the
+    # planner fits the models and stores them together.
+    assert forecast_idle(hook, now, now + timedelta(minutes=30)) is None
+    fold_profiles(hook)
     forecast = forecast_idle(hook, now, now + timedelta(minutes=30))
     assert forecast is not None
     assert forecast["east"] == pytest.approx(0.1, abs=0.05)
