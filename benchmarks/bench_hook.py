@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_engine import NOW, generate, percentile, requests  # noqa: E402
+from bench_engine import NOW, generate, percentile, requests
 
 NODES = 50
 
@@ -110,7 +110,7 @@ def bench_refresh(repeat: int) -> list[tuple[str, float, float, float]]:
                 sim.fault(name, "latency", f"seconds={0.05 + 0.01 * index if latency else 0}")
             slowest = names[-1]
             one = median_seconds(lambda: hook.collect([slowest]), repeat)  # noqa: B023
-            everything = median_seconds(lambda: hook.collect(names), repeat)  # noqa: B023
+            everything = median_seconds(lambda: hook.collect(names), repeat)
             rows.append((label, one, everything, everything / one))
     finally:
         sim.stop()
@@ -202,7 +202,8 @@ def main() -> int:
     cached = bench_cached_decisions([100] if args.quick else [100, 1000], 100 if args.quick else 300)
     print("\n### FederationHook: decisions against cached shared state\n")
     print(
-        "| state backend | clusters | bare engine p50 (baseline) | hook.decide p50 | hook.decide p99 | ratio |"
+        "| state backend | clusters | bare engine p50 (baseline) | hook.decide p50 | hook.decide p99 "
+        "| ratio |"
     )
     print("|---|---:|---:|---:|---:|---:|")
     for backend_name, clusters, base, p50, p99, ratio in cached:

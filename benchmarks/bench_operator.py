@@ -103,8 +103,9 @@ def run(dag: Any) -> tuple[float, dict[str, Any] | None]:
 
 
 def failover(fed: Any, dag: Any, workdir: Path, incident: str) -> float:
-    from airflow_provider_fedsched.hooks.federation import FederationHook
     from operator_timing import STAMPS
+
+    from airflow_provider_fedsched.hooks.federation import FederationHook
 
     fresh_federation(fed, workdir)
     FederationHook().collect()  # what the federation knows before the incident
@@ -172,11 +173,13 @@ def main() -> int:
     print("| measure | median | min | max | target |")
     print("|---|---:|---:|---:|---:|")
     print(
-        f"| KubernetesPodOperator, one cluster: execute() -> pod running (baseline) | {med_plain * 1e3:.0f} ms "
+        "| KubernetesPodOperator, one cluster: execute() -> pod running (baseline) "
+        f"| {med_plain * 1e3:.0f} ms "
         f"| {min(plain) * 1e3:.0f} ms | {max(plain) * 1e3:.0f} ms | - |"
     )
     print(
-        f"| FederatedKubernetesOperator, {CLUSTERS} clusters: execute() -> pod running | {med_ours * 1e3:.0f} ms "
+        f"| FederatedKubernetesOperator, {CLUSTERS} clusters: execute() -> pod running "
+        f"| {med_ours * 1e3:.0f} ms "
         f"| {min(ours) * 1e3:.0f} ms | {max(ours) * 1e3:.0f} ms | - |"
     )
     print(f"| difference of medians | {(med_ours - med_plain) * 1e3:+.0f} ms | | | <= +100 ms |")

@@ -13,9 +13,9 @@ from kubernetes.client import models as k8s
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from operator_timing import RecordRunning, mark_execute_start  # noqa: E402
+from operator_timing import RecordRunning, mark_execute_start
 
-from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator  # noqa: E402
+from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
 
 POD: dict[str, Any] = {
     "image": "busybox:1.36",
