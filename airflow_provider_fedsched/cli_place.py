@@ -170,13 +170,20 @@ def _check_clusters(names: Sequence[str], known: Mapping[str, object], option: s
 
 
 def run_place(args: argparse.Namespace) -> int:
+    if args.live == (args.snapshots is not None):
+        raise UsageError("give either --snapshots SNAP.yaml or --live (read the clusters now)")
     spec = load_federation(args.federation)
-    snapshots = load_snapshot_file(args.snapshots)
+    if args.live:
+        from airflow_provider_fedsched.cli_snapshot import live_snapshots
+
+        snapshots = live_snapshots(args.federation, args.kubeconfig, args.timeout)
+    else:
+        snapshots = load_snapshot_file(args.snapshots)
     request = build_request(args)
     clusters = {cluster.name: cluster for cluster in spec.clusters}
     if args.now is not None:
         now = parse_time(args.now)
-    elif snapshots:
+    elif snapshots and not args.live:
         # Decide "as of" the newest observation so that a saved snapshot file is never stale.
         now = max(snapshot.observed_at for snapshot in snapshots.values())
     else:
@@ -213,7 +220,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "Exit 0 when placed, 3 when the answer is wait or impossible, 2 on bad input.",
     )
     parser.add_argument("--federation", required=True, metavar="FED.yaml", help="federation spec file")
-    parser.add_argument("--snapshots", required=True, metavar="SNAP.yaml", help="cluster snapshot file")
+    parser.add_argument("--snapshots", metavar="SNAP.yaml", help="cluster snapshot file")
+    parser.add_argument(
+        "--live", action="store_true", help="score against snapshots read from the clusters now"
+    )
+    from airflow_provider_fedsched.cli_snapshot import add_member_options
+
+    add_member_options(parser)
     resources = parser.add_argument_group("resources (Kubernetes quantities)")
     resources.add_argument("--cpu", help="cpu request, e.g. 4 or 500m")
     resources.add_argument("--memory", help="memory request, e.g. 8Gi")

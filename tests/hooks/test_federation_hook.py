@@ -236,3 +236,39 @@ def test_health_cadence_follows_task_duration(
     expected: float | None, observed: tuple[float, ...], interval: float
 ) -> None:
     assert poll_interval(expected, observed) == interval
+
+
+def test_fedsched_snapshot_and_live_place_from_a_kubeconfig(
+    fed: SimFederation, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_fedsched import cli
+
+    out_file = tmp_path / "snap.yaml"
+    federation, kubeconfig = str(fed.state_dir / "federation.yaml"), str(fed.state_dir / "kubeconfig")
+    code = cli.main(
+        ["snapshot", "--federation", federation, "--kubeconfig", kubeconfig, "--json", "--out", str(out_file)]
+    )
+    shown = json.loads(capsys.readouterr().out)
+
+    assert code == 0
+    rows = {row["cluster"]: row for row in shown["clusters"]}
+    assert set(rows) == set(fed.clusters) and all(row["reachable"] for row in rows.values())
+    assert rows["north-gpu"]["total"]["nvidia.com/gpu"] == "8"
+    assert cli.main(["place", "--federation", federation, "--snapshots", str(out_file), "--cpu", "1"]) == 0
+    capsys.readouterr()
+    code = cli.main(
+        [
+            "place",
+            "--federation",
+            federation,
+            "--live",
+            "--kubeconfig",
+            kubeconfig,
+            "--gpu",
+            "1",
+            "--toleration",
+            "nvidia.com/gpu=present:NoSchedule",
+            "--json",
+        ]
+    )
+    assert code == 0 and json.loads(capsys.readouterr().out)["cluster"] == "north-gpu"
