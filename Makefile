@@ -36,6 +36,10 @@ demo: install
 bench: install
 	$(PY) benchmarks/bench_engine.py
 	$(PY) benchmarks/bench_sim.py
+	$(PY) benchmarks/bench_hook.py
+	$(PY) benchmarks/bench_operator.py
+	$(PY) benchmarks/bench_plans.py
+	$(PY) benchmarks/bench_history_api.py
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache
