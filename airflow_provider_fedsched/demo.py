@@ -117,6 +117,16 @@ def print_summary(records: list[dict[str, Any]]) -> None:
     Console(width=160, color_system=None).print(table)
 
 
+def pod_lines(log_file: Path) -> list[str]:
+    """What the pods printed, as streamed into the task logs (``[base] ...`` lines)."""
+    lines = []
+    for line in log_file.read_text(errors="replace").splitlines():
+        _, found, text = line.partition("[base] ")
+        if found:
+            lines.append(text.split(" [airflow.")[0].rstrip())
+    return lines
+
+
 def main() -> int:
     from airflow_provider_fedsched.sim import SimFederation
 
@@ -182,6 +192,9 @@ def main() -> int:
     records = summarize(env)
     print()
     print_summary(records)
+    log("what the pods printed (streamed into the task logs):")
+    for line in pod_lines(log_file):
+        print(f"    {line}")
     log(f"pods left behind in any cluster: {len(left)}{' ' + ', '.join(left) if left else ''}")
     log(f"DAG run {'succeeded' if code == 0 else 'FAILED'} in {time.monotonic() - started:.0f}s end to end")
     return code
