@@ -41,7 +41,6 @@ def airflow_env(sim_env: dict[str, str], federation: Path) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLES),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
         "AIRFLOW__FEDSCHED__FEDERATION_SPEC": str(federation),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     }
