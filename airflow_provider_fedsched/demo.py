@@ -92,6 +92,16 @@ def summarize(env: dict[str, str]) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: r["started_at"])
 
 
+def print_decision(records: list[dict[str, Any]], task_id: str) -> None:
+    """One task's first decision table, as its task log shows it."""
+    from airflow_provider_fedsched.federation.decision import Decision
+
+    for record in records:
+        if record["task_id"] == task_id and record["decisions"]:
+            log(f"the first decision of {task_id} (every task logs its own):")
+            print(Decision.from_dict(record["decisions"][0]).render_table())
+
+
 def print_summary(records: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -190,6 +200,7 @@ def main() -> int:
         ]
     records = summarize(env)
     print()
+    print_decision(records, "nightly_etl")
     print_summary(records)
     log("what the pods printed (streamed into the task logs):")
     for line in pod_lines(log_file):
