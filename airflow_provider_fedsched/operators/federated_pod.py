@@ -264,7 +264,10 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             self.log.info(
                 "Reattaching to pod %s/%s in cluster %s", attempt.namespace, attempt.pod, attempt.cluster
             )
-            return self._run_attempt(context, attempt)
+            try:
+                return self._run_attempt(context, attempt)
+            except _ClusterLeft:
+                pass  # the pod was evicted (or its cluster lost) while no worker watched: place again
         return self._place_and_run(context)
 
     def _place_and_run(self, context: Any) -> Any:

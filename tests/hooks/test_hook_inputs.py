@@ -95,9 +95,12 @@ def https_api(tmp_path: Path) -> Iterator[str]:
     started = threading.Event()
     port: list[int] = []
 
+    async def empty_list(request: web.Request) -> web.Response:
+        return web.json_response({"items": []})
+
     async def serve() -> web.AppRunner:
         app = web.Application()
-        app.router.add_get("/{tail:.*}", lambda request: web.json_response({"items": []}))
+        app.router.add_get("/{tail:.*}", empty_list)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
