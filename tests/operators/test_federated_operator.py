@@ -86,7 +86,9 @@ def test_gpu_task_lands_on_gpu_pool_with_logs_xcom_and_labels(
     out = capfd.readouterr().out
     assert "[base] epoch 2" in out
     assert "Federation decision" in out and "north-gpu" in out
-    assert "token" not in out.lower() or "kube_config" not in out
+    # No credential of any member reaches the task log or the XCom record.
+    tokens = [handle.token for handle in sim_federation.handles.values()]
+    assert all(token not in out and token not in json.dumps(record) for token in tokens)
     assert pods_of(sim_federation, "fed_gpu_xcom") == []
 
 
