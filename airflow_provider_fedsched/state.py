@@ -211,29 +211,50 @@ class FederationState:
         return result
 
     # Cooldowns --------------------------------------------------------------------------------------
-    def cool_down(self, cluster: str, until: datetime, reason: str) -> None:
-        self.backend.set(self._key("cooldown", cluster), {"until": _iso(until), "reason": reason})
+    def _cooldown_key(self, cluster: str, namespace: str | None) -> str:
+        return self._key("cooldown", cluster if namespace is None else f"{cluster}@{namespace}")
 
-    def clear_cooldown(self, cluster: str) -> None:
-        self.backend.delete(self._key("cooldown", cluster))
+    def cool_down(self, cluster: str, until: datetime, reason: str, namespace: str | None = None) -> None:
+        """Keep ``cluster`` out of decisions until ``until``; only for pods of ``namespace`` when given
+        (a namespace's quota says nothing about the cluster's other namespaces)."""
+        self.backend.set(self._cooldown_key(cluster, namespace), {"until": _iso(until), "reason": reason})
 
-    def cooldown(self, cluster: str, now: datetime) -> tuple[datetime, str] | None:
-        """``(until, reason)`` while ``cluster`` is cooling down at ``now``."""
-        raw = self.backend.get(self._key("cooldown", cluster))
+    def clear_cooldown(self, cluster: str, namespace: str | None = None) -> None:
+        self.backend.delete(self._cooldown_key(cluster, namespace))
+
+    def cooldown(
+        self, cluster: str, now: datetime, namespace: str | None = None
+    ) -> tuple[datetime, str] | None:
+        """``(until, reason)`` while ``cluster`` (or its ``namespace``) is cooling down at ``now``."""
+        raw = self.backend.get(self._cooldown_key(cluster, namespace))
         if not raw:
             return None
         until = _parse(raw["until"])
         return (until, str(raw.get("reason", ""))) if until > now else None
 
-    def cooldowns(self, clusters: Iterable[str], now: datetime) -> dict[str, datetime]:
-        """``cluster -> until`` for the clusters cooling down at ``now`` (one read for all)."""
+    def cooldown_details(self, cluster: str, now: datetime) -> list[tuple[str | None, datetime, str]]:
+        """Every cooldown of ``cluster`` in force at ``now``: ``(namespace or None, until, reason)``,
+        the whole-cluster one first."""
+        found: list[tuple[str | None, datetime, str]] = []
+        for key, raw in self.backend.get_many(self._key("cooldown", cluster)).items():
+            name, _, scope = key.rsplit("/", 1)[-1].partition("@")
+            if name == cluster and raw and (until := _parse(raw["until"])) > now:
+                found.append((scope or None, until, str(raw.get("reason", ""))))
+        return sorted(found, key=lambda entry: (entry[0] is not None, entry[0] or ""))
+
+    def cooldowns(
+        self, clusters: Iterable[str], now: datetime, namespace: str | None = None
+    ) -> dict[str, datetime]:
+        """``cluster -> until`` for the clusters cooling down at ``now`` for pods of ``namespace``:
+        whole-cluster cooldowns and those of that namespace (one read for all)."""
         wanted = set(clusters)
         result: dict[str, datetime] = {}
         for key, raw in self.backend.get_many(f"{self.prefix}/cooldown/").items():
-            name = key.rsplit("/", 1)[-1]
+            name, _, scope = key.rsplit("/", 1)[-1].partition("@")
             until = _parse(raw["until"]) if raw else None
-            if name in wanted and until is not None and until > now:
-                result[name] = until
+            if name not in wanted or until is None or until <= now or (scope and scope != namespace):
+                continue
+            result[name] = max(until, result.get(name, until))
         return result
 
     # In-flight reservations -------------------------------------------------------------------------

@@ -68,3 +68,23 @@ def test_orphans_and_history() -> None:
         shared.record("east", "outcome", {"i": i})
     history = shared.history("east", "outcome")
     assert len(history) == 200 and history[-1] == {"i": 249}
+
+
+def test_namespace_cooldown_applies_to_that_namespace_only() -> None:
+    shared = state()
+    shared.cool_down("east", NOW + timedelta(seconds=60), "quota", namespace="etl")
+    shared.cool_down("west", NOW + timedelta(seconds=30), "unreachable")
+    assert shared.cooldowns(["east", "west"], NOW, namespace="etl") == {
+        "east": NOW + timedelta(seconds=60),
+        "west": NOW + timedelta(seconds=30),
+    }
+    assert shared.cooldowns(["east", "west"], NOW, namespace="default") == {
+        "west": NOW + timedelta(seconds=30)
+    }
+    assert shared.cooldown("east", NOW) is None
+    assert shared.cooldown("east", NOW, namespace="etl") == (NOW + timedelta(seconds=60), "quota")
+    shared.cool_down("east", NOW + timedelta(seconds=10), "evicted")
+    assert shared.cooldown_details("east", NOW) == [
+        (None, NOW + timedelta(seconds=10), "evicted"),
+        ("etl", NOW + timedelta(seconds=60), "quota"),
+    ]

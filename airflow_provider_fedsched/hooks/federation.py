@@ -272,7 +272,7 @@ class FederationHook(BaseHook):
             request,
             snapshots,
             now=now,
-            cooldowns=self.state.cooldowns(names, now),
+            cooldowns=self.state.cooldowns(names, now, namespace=request.namespace),
             reservations=self.state.reservations(snapshots, now),
             forecast=forecast,
             exclude=exclude or {},
@@ -301,10 +301,12 @@ class FederationHook(BaseHook):
         """Hold ``request`` on ``cluster`` until its snapshot shows the pod with ``placement_id``."""
         self.state.reserve(cluster, request.resources, now or datetime.now(UTC), placement_id)
 
-    def cool_down(self, cluster: str, reason: str, now: datetime | None = None) -> datetime:
-        """Keep ``cluster`` out of decisions for the policy's cooldown; returns until when."""
+    def cool_down(
+        self, cluster: str, reason: str, now: datetime | None = None, namespace: str | None = None
+    ) -> datetime:
+        """Keep ``cluster`` (or only its ``namespace``) out of decisions for the policy's cooldown."""
         until = (now or datetime.now(UTC)) + timedelta(seconds=self.spec.policy.cooldown_seconds)
-        self.state.cool_down(cluster, until, reason)
+        self.state.cool_down(cluster, until, reason, namespace=namespace)
         return until
 
 

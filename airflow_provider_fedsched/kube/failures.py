@@ -29,6 +29,8 @@ class ClusterFailure:
 
     kind: FailureKind
     reason: str
+    namespace_only: bool = False
+    """The problem is the namespace's (its quota, or it does not exist), not the whole cluster's."""
 
     @property
     def resumable(self) -> bool:
@@ -87,7 +89,7 @@ def quota_exceeded(status: int | None, body: str | bytes | None) -> ClusterFailu
         message = json.loads(text).get("message") or text
     except ValueError:
         message = text
-    return ClusterFailure("insufficient", f"quota: {message}")
+    return ClusterFailure("insufficient", f"quota: {message}", namespace_only=True)
 
 
 def missing_namespace(status: int | None, body: str | bytes | None) -> ClusterFailure | None:
@@ -103,4 +105,4 @@ def missing_namespace(status: int | None, body: str | bytes | None) -> ClusterFa
         message = json.loads(text).get("message") or text
     except ValueError:
         message = text
-    return ClusterFailure("misconfigured", str(message))
+    return ClusterFailure("misconfigured", str(message), namespace_only=True)

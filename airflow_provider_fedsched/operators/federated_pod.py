@@ -605,7 +605,11 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             failure.reason,
         )
         self._remove_pod(attempt, unreachable=failure.kind == "unreachable")
-        until = self.federation_hook.cool_down(attempt.cluster, f"{failure.kind}: {failure.reason}")
+        until = self.federation_hook.cool_down(
+            attempt.cluster,
+            f"{failure.kind}: {failure.reason}",
+            namespace=attempt.namespace if failure.namespace_only else None,
+        )
         self.federation_hook.state.release(attempt.cluster, attempt.placement_id)
         self.federation_hook.state.record(
             attempt.cluster, "outcome", {"at": datetime.now(UTC).isoformat(), "outcome": failure.kind}

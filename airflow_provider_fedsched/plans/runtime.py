@@ -55,7 +55,7 @@ def planned_decision(
         request,
         snapshots,
         now=now,
-        cooldowns=hook.state.cooldowns(names, now),
+        cooldowns=hook.state.cooldowns(names, now, namespace=request.namespace),
         reservations=hook.state.reservations(snapshots, now),
         exclude=exclude,
         policy=policy,

@@ -355,7 +355,8 @@ def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, A
     for member in hook.spec.clusters:
         snapshot = hook.state.get_snapshot(member.name)
         summary = summarize(snapshot, now) if snapshot is not None else None
-        cooldown = hook.state.cooldown(member.name, now)
+        cooldowns = hook.state.cooldown_details(member.name, now)
+        cooldown = cooldowns[0] if cooldowns else None
         latency = [
             float(s["seconds"])
             for s in hook.state.history(member.name, "start_latency")[-RECENT_SAMPLES:]
@@ -382,7 +383,15 @@ def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, A
                 "free": summary["free"] if summary else {},
                 "total": summary["total"] if summary else {},
                 "largest_free_node": summary["largest_free_node"] if summary else None,
-                "cooldown": {"until": cooldown[0].isoformat(), "reason": cooldown[1]} if cooldown else None,
+                "cooldown": (
+                    {
+                        "until": cooldown[1].isoformat(),
+                        "reason": cooldown[2] + (f" (namespace {cooldown[0]} only)" if cooldown[0] else ""),
+                        "namespace": cooldown[0],
+                    }
+                    if cooldown
+                    else None
+                ),
                 "start_latency": {
                     "samples": len(latency),
                     "median_seconds": _median(latency),

@@ -118,8 +118,11 @@ def test_quota_exhausted_since_the_snapshot_fails_over_in_the_same_try(
     assert path(record) == [("east-cpu", "insufficient"), ("north-gpu", "succeeded")]
     assert "exceeded quota: tight" in record["attempts"][0]["reason"]
     assert dag_run.get_task_instances()[0].try_number == 1  # no Airflow retry was spent
-    cooldown = FederationHook().state.cooldown("east-cpu", datetime.now(UTC))
+    # The etl namespace's quota cools east-cpu down for etl pods only, not for the cluster's other tenants.
+    state = FederationHook().state
+    cooldown = state.cooldown("east-cpu", datetime.now(UTC), namespace="etl")
     assert cooldown is not None and "quota" in cooldown[1]
+    assert state.cooldown("east-cpu", datetime.now(UTC)) is None
     assert pods_of(sim_federation, "fed_quota_failover") == []
 
 
