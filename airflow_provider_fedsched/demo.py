@@ -52,6 +52,35 @@ def airflow(args: list[str], env: dict[str, str], log_file: Path) -> int:
         return subprocess.call([str(executable), *args], env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
+OTHER_TEAM_POD = "other-team-etl"
+
+
+def prepare_etl_namespace(fed: Any) -> None:
+    """Every cluster has an ``etl`` namespace; east-cpu's has a quota of 4 cpu."""
+    for cluster in fed.clusters.values():
+        fed.call(cluster.create_namespace, "etl")
+    fed["east-cpu"].set_quota("etl", {"requests.cpu": "4", "pods": "20"}, name="etl-compute")
+
+
+def take_snapshot(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The federation's first snapshot, stored in the Airflow home's shared state."""
+    code = "from airflow_provider_fedsched.hooks.federation import FederationHook\nFederationHook().collect()"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+def take_remaining_etl_quota(fed: Any) -> None:
+    """The quota incident: another team's job takes 3 of east-cpu's 4 etl cpus after the snapshot."""
+    fed["east-cpu"].create_pod(
+        "etl",
+        {
+            "metadata": {"name": OTHER_TEAM_POD, "annotations": {"sim.fedsched.io/duration": "3600"}},
+            "spec": {
+                "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "3"}}}]
+            },
+        },
+    )
+
+
 def evict_first_backfill_pod(fed: Any, stop: threading.Event) -> None:
     """The incident for ``resumable_backfill``: evict its first pod once it is running."""
     while not stop.is_set():
@@ -149,9 +178,7 @@ def main() -> int:
         # Snapshots are reused for up to half this TTL: the quota incident below happens inside that window.
         spec["policy"]["snapshot_ttl_seconds"] = 120
         federation.write_text(yaml.safe_dump(spec, sort_keys=False))
-        for cluster in fed.clusters.values():
-            fed.call(cluster.create_namespace, "etl")
-        fed["east-cpu"].set_quota("etl", {"requests.cpu": "4", "pods": "20"}, name="etl-compute")
+        prepare_etl_namespace(fed)
         log(f"simulated federation up: {', '.join(f'{n} at {c.url}' for n, c in fed.clusters.items())}")
         env = airflow_env(fed.airflow_env_vars(), federation)
         log("migrating the Airflow metadata database (SQLite)")
@@ -159,32 +186,12 @@ def main() -> int:
             log(f"airflow db migrate failed; see {log_file}")
             return 1
         log("taking the federation's first snapshot")
-        snapshot = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from airflow_provider_fedsched.hooks.federation import FederationHook\n"
-                "FederationHook().collect()",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        snapshot = take_snapshot(env)
         if snapshot.returncode != 0:
             log(f"snapshot failed: {snapshot.stderr.strip().splitlines()[-1:]}")
             return 1
         log("incident: another team's job takes the remaining etl quota on east-cpu (after the snapshot)")
-        fed["east-cpu"].create_pod(
-            "etl",
-            {
-                "metadata": {"name": "other-team-etl", "annotations": {"sim.fedsched.io/duration": "3600"}},
-                "spec": {
-                    "containers": [
-                        {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "3"}}}
-                    ]
-                },
-            },
-        )
+        take_remaining_etl_quota(fed)
         stop = threading.Event()
         watcher = threading.Thread(target=evict_first_backfill_pod, args=(fed, stop), daemon=True)
         watcher.start()
@@ -196,7 +203,7 @@ def main() -> int:
             f"{name}/{p['metadata']['namespace']}/{p['metadata']['name']}"
             for name, handle in fed.handles.items()
             for p in handle.pods()
-            if p["metadata"]["name"] != "other-team-etl"
+            if p["metadata"]["name"] != OTHER_TEAM_POD
         ]
     records = summarize(env)
     print()

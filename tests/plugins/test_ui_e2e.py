@@ -88,7 +88,12 @@ def wait_for(what: str, check: Any, timeout: float, processes: list[subprocess.P
 @pytest.fixture(scope="module")
 def airflow_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The simulated federation plus a running Airflow that has run the demo DAG once."""
-    from airflow_provider_fedsched.demo import airflow_env
+    from airflow_provider_fedsched.demo import (
+        airflow_env,
+        prepare_etl_namespace,
+        take_remaining_etl_quota,
+        take_snapshot,
+    )
     from airflow_provider_fedsched.sim import SimFederation
 
     root = tmp_path_factory.mktemp("e2e")
@@ -109,9 +114,7 @@ def airflow_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         spec = yaml.safe_load(federation.read_text())
         spec["policy"]["snapshot_ttl_seconds"] = 600  # the quota incident below stays unseen by the snapshot
         federation.write_text(yaml.safe_dump(spec, sort_keys=False))
-        for cluster in fed.clusters.values():
-            fed.call(cluster.create_namespace, "etl")
-        fed["east-cpu"].set_quota("etl", {"requests.cpu": "4", "pods": "20"}, name="etl-compute")
+        prepare_etl_namespace(fed)
         # The demo's environment (connections, federation spec, DAG folder) in a home of our own; the test
         # session's unit-test settings must not leak in (random JWT keys per process would break the
         # scheduler's calls to the execution API).
@@ -149,24 +152,8 @@ def airflow_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
                 )
 
         run(airflow, "db", "migrate")
-        run(
-            sys.executable,
-            "-c",
-            "from airflow_provider_fedsched.hooks.federation import FederationHook\n"
-            "FederationHook().collect()",
-        )
-        # The demo's quota incident: another team takes the rest of east-cpu's etl quota after the snapshot.
-        fed["east-cpu"].create_pod(
-            "etl",
-            {
-                "metadata": {"name": "other-team-etl", "annotations": {"sim.fedsched.io/duration": "3600"}},
-                "spec": {
-                    "containers": [
-                        {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "3"}}}
-                    ]
-                },
-            },
-        )
+        assert take_snapshot(env).returncode == 0
+        take_remaining_etl_quota(fed)  # the demo's quota incident, after the snapshot
         processes: list[subprocess.Popen[bytes]] = []
         try:
             for command in (
