@@ -341,3 +341,40 @@ def placement_of_run(dag_id: str, run_id: str) -> dict[str, Any]:
         row = session.query(XComModel).filter_by(dag_id=dag_id, run_id=run_id, key="fedsched_placement").one()
         value = XComModel.deserialize_value(row)
     return json.loads(value) if isinstance(value, str) else value
+
+
+def test_on_kill_deletes_the_pod_in_the_cluster_where_it_runs(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    from kubernetes.client import models as k8s
+
+    from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
+    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+
+    north = sim_federation["north-gpu"]
+    north.create_pod(
+        "default",
+        {
+            "metadata": {"name": "killed-task", "annotations": {"sim.fedsched.io/duration": "3600"}},
+            "spec": {"containers": [{"name": "base", "image": "busybox"}]},
+        },
+    )
+    operator = FederatedKubernetesOperator(task_id="killed", image="busybox", termination_grace_period=0)
+    now = datetime.now(UTC)
+    attempt = Attempt(
+        number=1,
+        cluster="north-gpu",
+        namespace="default",
+        pod="killed-task",
+        placement_id="p",
+        started_at=now,
+    )
+    operator.placement = PlacementRecord(
+        dag_id="d", run_id="r", task_id="killed", try_number=1, started_at=now, attempts=[attempt]
+    )
+    operator.use_cluster("east-cpu")  # whatever cluster the operator last talked to
+    operator.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="killed-task", namespace="default"))
+
+    operator.on_kill()
+
+    north.wait_for_gone("default", "killed-task", timeout=10)
