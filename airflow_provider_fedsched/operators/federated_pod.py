@@ -467,6 +467,8 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 return self._inline_result
             self._settled = True
             raise outcome from exc
+        # No worker watched the start: take it from the container's own start time.
+        attempt.running_at = attempt.running_at or _container_started_at(self.pod, self.base_container_name)
         self._finish(context, attempt, "succeeded", "")
         self._settled = True
         self._inline_result = result
@@ -678,7 +680,8 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 "start_latency",
                 {
                     "at": attempt.running_at.isoformat(),
-                    "seconds": (attempt.running_at - attempt.started_at).total_seconds(),
+                    # Container start times have whole-second resolution: never report below zero.
+                    "seconds": max(0.0, (attempt.running_at - attempt.started_at).total_seconds()),
                 },
             )
         self._save(context)
@@ -754,6 +757,18 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     if isinstance(obj, dict):
         return obj
     return kubernetes.client.ApiClient().sanitize_for_serialization(obj) or {}
+
+
+def _container_started_at(pod: k8s.V1Pod | None, container: str) -> datetime | None:
+    """When ``container`` of ``pod`` started running, from its status (running or terminated)."""
+    statuses = (pod.status.container_statuses if pod is not None and pod.status else None) or []
+    for status in statuses:
+        if status.name == container and status.state is not None:
+            state = status.state.running or status.state.terminated
+            started = getattr(state, "started_at", None)
+            if isinstance(started, datetime):
+                return started.astimezone(UTC)
+    return None
 
 
 def _scheduled(pod: Mapping[str, Any]) -> bool:

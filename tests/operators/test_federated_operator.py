@@ -378,3 +378,18 @@ def test_on_kill_deletes_the_pod_in_the_cluster_where_it_runs(
     operator.on_kill()
 
     north.wait_for_gone("default", "killed-task", timeout=10)
+
+
+def test_deferrable_run_records_pod_start_latency(sim_federation: SimFederation, federation: Path) -> None:
+    state, record, _ = run("fed_deferrable_xcom")
+
+    assert state == "success" and record is not None
+    attempt = record["attempts"][0]
+    started, running = (
+        datetime.fromisoformat(attempt["started_at"]),
+        datetime.fromisoformat(attempt["running_at"]),
+    )
+    assert running >= started.replace(microsecond=0)  # the kubelet reports start times in whole seconds
+    samples = FederationHook().state.history(attempt["cluster"], "start_latency")
+    assert samples and datetime.fromisoformat(samples[-1]["at"]) == running
+    assert 0 <= samples[-1]["seconds"] < 60
