@@ -151,6 +151,12 @@ def compute_plans(
             view = context.get(id(task.federation_hook))
             if view is None:
                 view = context[id(task.federation_hook)] = _HookView.read(task.federation_hook, now)
+            # Whole-cluster cooldowns plus those of this task's namespace (a quota is per namespace).
+            names = list(view.snapshots)
+            cooldowns = {
+                **view.cooldowns,
+                **view.hook.state.cooldowns(names, now, namespace=request.namespace),
+            }
             for logical, run_after in runs:
                 end = run_after + timedelta(seconds=max(request.expected_duration_seconds, 60.0))
                 forecast = idle_forecast(view.models, run_after, end, request.resources)
@@ -158,7 +164,7 @@ def compute_plans(
                     request,
                     view.snapshots,
                     now=now,
-                    cooldowns={c: until for c, until in view.cooldowns.items() if until > run_after},
+                    cooldowns={c: until for c, until in cooldowns.items() if until > run_after},
                     reservations=view.reservations,
                     forecast=forecast,
                     policy=task.policy_spec,
