@@ -386,7 +386,7 @@ def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, A
                 "cooldown": (
                     {
                         "until": cooldown[1].isoformat(),
-                        "reason": cooldown[2] + (f" (namespace {cooldown[0]} only)" if cooldown[0] else ""),
+                        "reason": (f"namespace {cooldown[0]} only: " if cooldown[0] else "") + cooldown[2],
                         "namespace": cooldown[0],
                     }
                     if cooldown
