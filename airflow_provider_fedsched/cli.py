@@ -24,7 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
     from airflow_provider_fedsched import cli_place, cli_plan, cli_snapshot
     from airflow_provider_fedsched.sim import cli as sim_cli
 
-    parser = argparse.ArgumentParser(prog="fedsched", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="fedsched",
+        description="Federated Kubernetes scheduling for Airflow: what-if placement, live snapshots, "
+        "precomputed plans and the simulated federation.",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     cli_place.add_parser(subparsers)
     cli_snapshot.add_parser(subparsers)
