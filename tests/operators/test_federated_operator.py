@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -60,6 +61,17 @@ def take_snapshot() -> None:
     FederationHook().collect()
 
 
+@contextlib.contextmanager
+def etl_quota_taken_after_the_snapshot(fed: SimFederation) -> Iterator[None]:
+    """The cheapest cluster's etl quota is used up right after the federation's snapshot."""
+    take_snapshot()
+    fed["east-cpu"].set_quota("etl", {"requests.cpu": "1"}, name="tight")
+    try:
+        yield
+    finally:
+        fed["east-cpu"].set_quota("etl", {"requests.cpu": "1000"}, name="tight")
+
+
 @pytest.fixture
 def background() -> Iterator[Callable[[Callable[[], None]], None]]:
     threads: list[threading.Thread] = []
@@ -106,13 +118,8 @@ def test_sovereign_data_stays_in_its_region_although_another_is_cheaper(
 def test_quota_exhausted_since_the_snapshot_fails_over_in_the_same_try(
     sim_federation: SimFederation, federation: Path
 ) -> None:
-    take_snapshot()
-    east = sim_federation["east-cpu"]
-    east.set_quota("etl", {"requests.cpu": "1"}, name="tight")
-    try:
+    with etl_quota_taken_after_the_snapshot(sim_federation):
         state, record, dag_run = run("fed_quota_failover")
-    finally:
-        east.set_quota("etl", {"requests.cpu": "1000"}, name="tight")
 
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "insufficient"), ("north-gpu", "succeeded")]
@@ -252,13 +259,8 @@ def test_deferrable_mode_runs_in_the_chosen_cluster_and_returns_xcom(
 
 
 def test_deferrable_quota_failover(sim_federation: SimFederation, federation: Path) -> None:
-    take_snapshot()
-    east = sim_federation["east-cpu"]
-    east.set_quota("etl", {"requests.cpu": "1"}, name="tight")
-    try:
+    with etl_quota_taken_after_the_snapshot(sim_federation):
         state, record, _ = run("fed_deferrable_quota")
-    finally:
-        east.set_quota("etl", {"requests.cpu": "1000"}, name="tight")
 
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "insufficient"), ("north-gpu", "succeeded")]
