@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -170,6 +171,8 @@ class FederationState:
     def __init__(self, backend: StateBackend, federation: str = "default") -> None:
         self.backend = backend
         self.prefix = f"fedsched/{federation}"
+        # Only a store shared between processes needs time for concurrent lease claims to land.
+        self.lease_settle = 0.0 if isinstance(backend, MemoryStateBackend) else 0.05
 
     def _key(self, kind: str, cluster: str, item: str | None = None) -> str:
         return f"{self.prefix}/{kind}/{cluster}" + (f"/{item}" if item else "")
@@ -292,18 +295,33 @@ class FederationState:
 
     # Single-flight refresh lease --------------------------------------------------------------------
     def try_lease(self, cluster: str, owner: str, now: datetime, ttl: timedelta) -> bool:
-        """Best-effort lease so that one worker refreshes a cluster while the others read its snapshot.
+        """:meth:`try_leases` for one cluster."""
+        return cluster in self.try_leases([cluster], owner, now, ttl)
 
-        Variables have no compare-and-set, so the lease is written and read back: two workers racing
-        inside that window may both refresh, which costs one extra API call and breaks nothing.
+    def try_leases(self, clusters: Iterable[str], owner: str, now: datetime, ttl: timedelta) -> list[str]:
+        """Leases so that one worker refreshes each cluster while the others read its snapshot.
+
+        Variables have no compare-and-set: a worker writes its claims, lets the other workers that read
+        "no lease" at the same moment write theirs (:attr:`lease_settle` seconds), then reads back and keeps
+        only the clusters whose lease still names it: the last writer wins, once. A claim slower than the
+        settle time can still make two workers refresh, which costs one extra API call and breaks nothing.
         """
-        key = self._key("lease", cluster)
-        current = self.backend.get(key)
-        if current and current.get("owner") != owner and _parse(current["until"]) > now:
-            return False
-        self.backend.set(key, {"owner": owner, "until": _iso(now + ttl)})
-        confirmed = self.backend.get(key)
-        return confirmed is not None and confirmed.get("owner") == owner
+        claimed = []
+        for cluster in clusters:
+            key = self._key("lease", cluster)
+            current = self.backend.get(key)
+            if current and current.get("owner") != owner and _parse(current["until"]) > now:
+                continue
+            self.backend.set(key, {"owner": owner, "until": _iso(now + ttl)})
+            claimed.append(cluster)
+        if claimed and self.lease_settle:
+            time.sleep(self.lease_settle)
+        won = []
+        for cluster in claimed:
+            confirmed = self.backend.get(self._key("lease", cluster))
+            if confirmed is not None and confirmed.get("owner") == owner:
+                won.append(cluster)
+        return won
 
     def end_lease(self, cluster: str, owner: str) -> None:
         key = self._key("lease", cluster)

@@ -217,18 +217,23 @@ class FederationHook(BaseHook):
             return found
         owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         lease_ttl = timedelta(seconds=self.snapshot_timeout * 2 + 1)
-        mine: list[str] = []
         locks: list[threading.Lock] = []
+        candidates: list[str] = []
+        mine: list[str] = []
         for name in stale:
             lock = _refresh_lock(self.spec.name, name)
             if not lock.acquire(blocking=False):
                 continue  # another thread of this process is refreshing it
             locks.append(lock)
-            if self.state.try_lease(name, owner, now, lease_ttl):
-                mine.append(name)
+            candidates.append(name)
         try:
-            if mine:
-                found.update(self.collect(mine))
+            mine = self.state.try_leases(candidates, owner, now, lease_ttl) if candidates else []
+            # A worker that refreshed just before our claim has left a fresh snapshot: use it.
+            current = self.state.snapshots(mine) if mine else {}
+            fresh = {n: s for n, s in current.items() if _age(s, datetime.now(UTC)) <= ttl / 2}
+            found.update(fresh)
+            if to_refresh := [n for n in mine if n not in fresh]:
+                found.update(self.collect(to_refresh))
         finally:
             for name in mine:
                 self.state.end_lease(name, owner)

@@ -272,3 +272,50 @@ def test_fedsched_snapshot_and_live_place_from_a_kubeconfig(
         ]
     )
     assert code == 0 and json.loads(capsys.readouterr().out)["cluster"] == "north-gpu"
+
+
+def test_single_flight_refresh_across_worker_processes(
+    fed: SimFederation, spec_path: Path, tmp_path: Path, airflow_db: None
+) -> None:
+    """Four worker processes need the same stale snapshots at once: each cluster is read once."""
+    go = tmp_path / "go"
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from airflow_provider_fedsched.hooks.federation import FederationHook\n"
+        "from airflow_provider_fedsched.state import AirflowVariableStateBackend\n"
+        "hook = FederationHook(sys.argv[1], kubeconfig=sys.argv[2], state=AirflowVariableStateBackend())\n"
+        "hook.spec, hook.state\n"
+        "Path(sys.argv[4]).touch()\n"
+        "while not Path(sys.argv[3]).exists():\n"
+        "    time.sleep(0.005)\n"
+        "print(len(hook.snapshots()))\n"
+    )
+    for handle in fed.handles.values():
+        handle.reset_request_counts()
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                script,
+                str(spec_path),
+                str(fed.state_dir / "kubeconfig"),
+                str(go),
+                str(tmp_path / f"ready-{i}"),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready-{i}").exists() for i in range(4)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()  # all four start their decision at the same moment
+    outputs = [worker.communicate(timeout=120)[0].strip().splitlines()[-1] for worker in workers]
+
+    assert outputs == ["3"] * 4
+    assert {name: handle.request_count("GET", "/api/v1/nodes") for name, handle in fed.handles.items()} == {
+        name: 1 for name in fed.clusters
+    }
