@@ -173,20 +173,38 @@ class FederationState:
         self.prefix = f"fedsched/{federation}"
         # Only a store shared between processes needs time for concurrent lease claims to land.
         self.lease_settle = 0.0 if isinstance(backend, MemoryStateBackend) else 0.05
+        self.embed_snapshots = False
+        """Keep snapshots in the index too (one read for all); the hook turns it on for small federations."""
 
     def _key(self, kind: str, cluster: str, item: str | None = None) -> str:
         return f"{self.prefix}/{kind}/{cluster}" + (f"/{item}" if item else "")
 
     # Snapshots --------------------------------------------------------------------------------------
     def put_snapshot(self, snapshot: ClusterSnapshot) -> None:
-        # The full snapshot first, then the small index of "observed at" times that readers poll. Two
-        # workers updating the index at the same instant may drop one entry; that cluster then looks
-        # stale and is refreshed again: a wasted call, never a wrong decision.
-        self.backend.set(self._key("snapshot", snapshot.cluster), snapshot.model_dump(mode="json"))
+        self.put_snapshots([snapshot])
+
+    def put_snapshots(self, snapshots: Iterable[ClusterSnapshot]) -> None:
+        """Store snapshots: each under its own key (the truth), then once in the index readers poll.
+
+        The small index maps each cluster to when it was observed; with :attr:`embed_snapshots` (small
+        federations) a bundle key holds every snapshot too, so that a fresh worker reads them all in one
+        call. Two workers updating the index or the bundle at the same instant may drop one entry; that
+        cluster then looks older than it is and is read from its own key or refreshed again: a wasted
+        call, never a wrong decision.
+        """
+        snapshots = list(snapshots)
+        documents = {s.cluster: s.model_dump(mode="json") for s in snapshots}
+        for cluster, document in documents.items():
+            self.backend.set(self._key("snapshot", cluster), document)
         index = dict(self.backend.get(f"{self.prefix}/snapshot-index") or {})
-        index[snapshot.cluster] = snapshot.observed_at.isoformat()
+        for snapshot in snapshots:
+            index[snapshot.cluster] = snapshot.observed_at.isoformat()
+            _decoded[(self.prefix, snapshot.cluster)] = snapshot
         self.backend.set(f"{self.prefix}/snapshot-index", index)
-        _decoded[(self.prefix, snapshot.cluster)] = snapshot
+        if self.embed_snapshots:
+            bundle = dict(self.backend.get(f"{self.prefix}/snapshot-bundle") or {})
+            bundle.update(documents)
+            self.backend.set(f"{self.prefix}/snapshot-bundle", bundle)
 
     def get_snapshot(self, cluster: str) -> ClusterSnapshot | None:
         raw = self.backend.get(self._key("snapshot", cluster))
@@ -200,17 +218,27 @@ class FederationState:
         """
         index = self.backend.get(f"{self.prefix}/snapshot-index") or {}
         result: dict[str, ClusterSnapshot] = {}
+        outdated: dict[str, datetime] = {}
         for name in clusters:
             at = index.get(name)
-            if at is None:
+            if not isinstance(at, str):
                 continue
             cached = _decoded.get((self.prefix, name))
-            if cached is None or cached.observed_at != _parse(at):
-                cached = self.get_snapshot(name)
-                if cached is None:
-                    continue
-                _decoded[(self.prefix, name)] = cached
-            result[name] = cached
+            if cached is not None and cached.observed_at == _parse(at):
+                result[name] = cached
+            else:
+                outdated[name] = _parse(at)
+        bundle = (
+            self.backend.get(f"{self.prefix}/snapshot-bundle") if outdated and self.embed_snapshots else None
+        )
+        for name, at in outdated.items():
+            document = (bundle or {}).get(name)
+            snapshot = ClusterSnapshot.model_validate(document) if document else None
+            if snapshot is None or snapshot.observed_at != at:
+                snapshot = self.get_snapshot(name)  # the bundle lost this one: its own key is the truth
+            if snapshot is not None:
+                _decoded[(self.prefix, name)] = snapshot
+                result[name] = snapshot
         return result
 
     # Cooldowns --------------------------------------------------------------------------------------

@@ -40,6 +40,8 @@ from airflow_provider_fedsched.state import (
 )
 
 VARIABLE_PREFIX = "variable:"
+EMBED_LIMIT = 100
+"""Federations up to this many clusters keep all snapshots in the one index key (about 15 KB each)."""
 DEFAULT_SNAPSHOT_TIMEOUT = 2.0
 """Seconds a cluster has to answer the three list calls of a snapshot before it counts as unavailable."""
 POLL_INTERVAL_BOUNDS = (2.0, 120.0)
@@ -128,11 +130,15 @@ class FederationHook(BaseHook):
     @cached_property
     def state(self) -> FederationState:
         if isinstance(self._state_arg, FederationState):
-            return self._state_arg
-        backend = self._state_arg or (
-            MemoryStateBackend() if self.kubeconfig else AirflowVariableStateBackend()
-        )
-        return FederationState(backend, federation=self.spec.name)
+            state = self._state_arg
+        else:
+            backend = self._state_arg or (
+                MemoryStateBackend() if self.kubeconfig else AirflowVariableStateBackend()
+            )
+            state = FederationState(backend, federation=self.spec.name)
+        # Up to EMBED_LIMIT clusters, a fresh worker reads every snapshot with the index, in one call.
+        state.embed_snapshots = len(self.spec.clusters) <= EMBED_LIMIT
+        return state
 
     @cached_property
     def engine(self) -> FederationEngine:
@@ -189,8 +195,8 @@ class FederationHook(BaseHook):
             if orphans and results[access.cluster].reachable:
                 for namespace, pod in await delete_pods(access, orphans, self.snapshot_timeout):
                     self.state.forget_orphan(access.cluster, namespace, pod)
+        self.state.put_snapshots(results.values())
         for snapshot in results.values():
-            self.state.put_snapshot(snapshot)
             if snapshot.reachable:
                 self.state.record(snapshot.cluster, "utilization", _utilization_sample(snapshot))
         return results
