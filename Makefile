@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 .PHONY: install test lint typecheck pytest demo bench clean
 
 .tools/bin/uv:
-	python3 -m venv .tools && .tools/bin/pip install --quiet uv
+	python3 -m venv .tools && .tools/bin/pip install --quiet 'uv>=0.13.9'
 
 install: $(VENV)/.installed
 
