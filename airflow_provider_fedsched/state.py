@@ -322,10 +322,6 @@ class FederationState:
         return result
 
     # Single-flight refresh lease --------------------------------------------------------------------
-    def try_lease(self, cluster: str, owner: str, now: datetime, ttl: timedelta) -> bool:
-        """:meth:`try_leases` for one cluster."""
-        return cluster in self.try_leases([cluster], owner, now, ttl)
-
     def try_leases(self, clusters: Iterable[str], owner: str, now: datetime, ttl: timedelta) -> list[str]:
         """Leases so that one worker refreshes each cluster while the others read its snapshot.
 

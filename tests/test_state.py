@@ -51,11 +51,11 @@ def test_reservation_of_a_lost_worker_expires() -> None:
 def test_lease_is_exclusive_until_it_expires_or_ends() -> None:
     shared = state()
     ttl = timedelta(seconds=5)
-    assert shared.try_lease("east", "w1", NOW, ttl)
-    assert not shared.try_lease("east", "w2", NOW, ttl)
-    assert shared.try_lease("east", "w2", NOW + timedelta(seconds=6), ttl)
+    assert shared.try_leases(["east"], "w1", NOW, ttl) == ["east"]
+    assert shared.try_leases(["east"], "w2", NOW, ttl) == []
+    assert shared.try_leases(["east"], "w2", NOW + timedelta(seconds=6), ttl) == ["east"]
     shared.end_lease("east", "w2")
-    assert shared.try_lease("east", "w1", NOW, ttl)
+    assert shared.try_leases(["east"], "w1", NOW, ttl) == ["east"]
 
 
 def test_orphans_and_history() -> None:

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +23,7 @@ from airflow.sdk import BaseHook
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.request import TaskRequest
+from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
 from airflow_provider_fedsched.kube.access import (
@@ -105,8 +107,6 @@ class FederationHook(BaseHook):
         self.snapshot_timeout = snapshot_timeout
         self._state_arg = state
         self._accesses: dict[str, ClusterAccess | ClusterAccessError] = {}
-        self.refresh_count = 0
-        """Snapshots this hook collected from clusters (not read from shared state)."""
 
     # Inventory ---------------------------------------------------------------------------------------
     @cached_property
@@ -167,11 +167,6 @@ class FederationHook(BaseHook):
             raise resolved
         return resolved
 
-    def validate_members(self) -> dict[str, str]:
-        """``cluster -> problem`` for every member whose connection cannot be used."""
-        resolved = {cluster.name: self._resolve(cluster.name) for cluster in self.spec.clusters}
-        return {name: str(found) for name, found in resolved.items() if isinstance(found, ClusterAccessError)}
-
     # Snapshots ---------------------------------------------------------------------------------------
     def _unavailable(self, cluster: str, reason: str) -> ClusterSnapshot:
         return ClusterSnapshot(cluster=cluster, observed_at=datetime.now(UTC), reachable=False, reason=reason)
@@ -189,7 +184,6 @@ class FederationHook(BaseHook):
                     name, exc.problem + (f" (connection {exc.conn_id!r})" if exc.conn_id else "")
                 )
         results.update(await collect_snapshots(reachable, self.snapshot_timeout))
-        self.refresh_count += len(reachable)
         for access in reachable:
             orphans = self.state.orphans(access.cluster)
             if orphans and results[access.cluster].reachable:
@@ -276,18 +270,28 @@ class FederationHook(BaseHook):
         now: datetime | None = None,
     ) -> Decision:
         """Score ``request`` against fresh (or single-flight refreshed) snapshots and shared state."""
-        names = request.clusters or [c.name for c in self.spec.clusters]
-        snapshots = self.snapshots(names, now=now)
-        now = datetime.now(UTC) if now is None else now
+        view = self.view(request.clusters or [c.name for c in self.spec.clusters], request.namespace, now)
         return self.engine.decide(
             request,
-            snapshots,
-            now=now,
-            cooldowns=self.state.cooldowns(names, now, namespace=request.namespace),
-            reservations=self.state.reservations(snapshots, now),
+            view.snapshots,
+            now=view.now,
+            cooldowns=view.cooldowns,
+            reservations=view.reservations,
             forecast=forecast,
             exclude=exclude or {},
             policy=policy,
+        )
+
+    def view(self, clusters: Iterable[str], namespace: str, now: datetime | None = None) -> FederationView:
+        """What a decision for a pod of ``namespace`` needs from shared state about ``clusters``."""
+        names = list(clusters)
+        snapshots = self.snapshots(names, now=now)
+        now = datetime.now(UTC) if now is None else now  # a refresh may have taken a moment
+        return FederationView(
+            snapshots=snapshots,
+            cooldowns=self.state.cooldowns(names, now, namespace=namespace),
+            reservations=self.state.reservations(snapshots, now),
+            now=now,
         )
 
     def place(
@@ -319,6 +323,16 @@ class FederationHook(BaseHook):
         until = (now or datetime.now(UTC)) + timedelta(seconds=self.spec.policy.cooldown_seconds)
         self.state.cool_down(cluster, until, reason, namespace=namespace)
         return until
+
+
+@dataclass(frozen=True)
+class FederationView:
+    """Snapshots, cooldowns and in-flight reservations as of ``now``: the engine's inputs from state."""
+
+    snapshots: dict[str, ClusterSnapshot]
+    cooldowns: dict[str, datetime]
+    reservations: dict[str, ResourceList]
+    now: datetime
 
 
 def _age(snapshot: ClusterSnapshot, now: datetime) -> float:

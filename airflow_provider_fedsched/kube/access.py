@@ -7,7 +7,6 @@ messages name the cluster and the connection, never the kubeconfig's contents (i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,17 +43,6 @@ class ClusterAccess:
     def server(self) -> str:
         """The API server URL of the selected context (no credentials)."""
         return _server_of(self.kubeconfig, self.context)
-
-    def sync_configuration(self) -> Any:
-        """A fresh ``kubernetes.client.Configuration`` for this cluster only."""
-        from kubernetes import client, config
-
-        configuration = client.Configuration()
-        config.load_kube_config_from_dict(
-            dict(self.kubeconfig), context=self.context, client_configuration=configuration
-        )
-        configuration.verify_ssl = self.verify_ssl and configuration.verify_ssl
-        return configuration
 
     async def async_configuration(self) -> Any:
         """A fresh ``kubernetes_asyncio.client.Configuration`` for this cluster only."""
@@ -197,8 +185,3 @@ def _context_namespace(kubeconfig: Mapping[str, Any], context: str) -> str:
         if entry.get("name") == context:
             return str((entry.get("context") or {}).get("namespace") or "default")
     return "default"
-
-
-def kubeconfig_as_json(access: ClusterAccess) -> str:
-    """The member's kubeconfig as JSON text (for a trigger's ``config_dict``; never for logs)."""
-    return json.dumps(dict(access.kubeconfig))

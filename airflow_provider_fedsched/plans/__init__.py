@@ -7,6 +7,6 @@
 
 from __future__ import annotations
 
-from airflow_provider_fedsched.plans.runtime import fitted_models, forecast_idle, planned_decision
+from airflow_provider_fedsched.plans.runtime import forecast_idle, planned_decision
 
-__all__ = ["fitted_models", "forecast_idle", "planned_decision"]
+__all__ = ["forecast_idle", "planned_decision"]

@@ -47,32 +47,18 @@ def planned_decision(
         return None, problem
     members = {cluster.name for cluster in hook.spec.clusters}
     names = [name for name in plan.clusters if name in members]
-    snapshots = hook.snapshots(names, now=now)
-    now = datetime.now(UTC)  # a refresh may have taken a moment
-    decision, why = validate_plan(
+    view = hook.view(names, request.namespace)
+    return validate_plan(
         plan,
         hook.engine,
         request,
-        snapshots,
-        now=now,
-        cooldowns=hook.state.cooldowns(names, now, namespace=request.namespace),
-        reservations=hook.state.reservations(snapshots, now),
+        view.snapshots,
+        now=view.now,
+        cooldowns=view.cooldowns,
+        reservations=view.reservations,
         exclude=exclude,
         policy=policy,
     )
-    return decision, why
-
-
-def fitted_models(hook: FederationHook, clusters: Iterable[str] | None = None) -> dict[str, ForecastModel]:
-    """A fitted forecast per cluster with enough history: the stored profile plus the raw history."""
-    names = list(clusters) if clusters is not None else [c.name for c in hook.spec.clusters]
-    models: dict[str, ForecastModel] = {}
-    for name in names:
-        profile = SeasonalProfile.from_dict(hook.state.get_forecast_profile(name))
-        model = fit(parse_samples(hook.state.history(name, UTILIZATION)), profile)
-        if model is not None:
-            models[name] = model
-    return models
 
 
 def fold_profiles(hook: FederationHook) -> dict[str, ForecastModel]:

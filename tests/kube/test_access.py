@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def test_kubeconfig_file_context_per_cluster(tmp_path: Path) -> None:
 def test_each_member_gets_its_own_client_configuration() -> None:
     extras_a = {"kube_config": json.dumps(kubeconfig("a", current="a"))}
     extras_b = {"kube_config": json.dumps(kubeconfig("b", current="b"))}
-    config_a = access_from_extras("a", "ca", "kubernetes", extras_a, None).sync_configuration()
-    config_b = access_from_extras("b", "cb", "kubernetes", extras_b, None).sync_configuration()
+    config_a = asyncio.run(access_from_extras("a", "ca", "kubernetes", extras_a, None).async_configuration())
+    config_b = asyncio.run(access_from_extras("b", "cb", "kubernetes", extras_b, None).async_configuration())
     assert (config_a.host, config_b.host) == ("https://a.example:6443", "https://b.example:6443")
     assert config_a is not config_b
