@@ -353,16 +353,16 @@ def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, A
     now = now or datetime.now(UTC)
     rows: list[dict[str, Any]] = []
     for member in hook.spec.clusters:
-        snapshot = hook.state.get_snapshot(member.name)
+        snapshot = hook.stored_snapshot(member.name)
         summary = summarize(snapshot, now) if snapshot is not None else None
-        cooldowns = hook.state.cooldown_details(member.name, now)
+        cooldowns = hook.cooldown_details(member.name, now)
         cooldown = cooldowns[0] if cooldowns else None
         latency = [
             float(s["seconds"])
-            for s in hook.state.history(member.name, "start_latency")[-RECENT_SAMPLES:]
+            for s in hook.history(member.name, "start_latency")[-RECENT_SAMPLES:]
             if isinstance(s.get("seconds"), int | float)
         ]
-        outcomes = hook.state.history(member.name, "outcome")[-RECENT_SAMPLES:]
+        outcomes = hook.history(member.name, "outcome")[-RECENT_SAMPLES:]
         durations = [float(s["duration"]) for s in outcomes if isinstance(s.get("duration"), int | float)]
         counts: dict[str, int] = {}
         for sample in outcomes:
