@@ -29,12 +29,13 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from airflow_provider_fedsched.federation.decision import Decision
-from airflow_provider_fedsched.federation.record import XCOM_KEY, PlacementRecord
+from airflow_provider_fedsched.federation.record import FAILURE_KINDS, XCOM_KEY, PlacementRecord
 
 MAX_PAGE_SIZE = 200
 DEFAULT_PAGE_SIZE = 50
-LEFT_OUTCOMES = frozenset({"insufficient", "evicted", "unreachable"})
-"""Attempt outcomes that moved the task to another cluster: a try with one of these failed over."""
+LEFT_OUTCOMES = FAILURE_KINDS
+"""Attempt outcomes that moved the task to another cluster: a try with one of these failed over (the
+failure vocabulary of ``federation/record.py``, so that a new kind of failure is never missing here)."""
 OUTCOME_FILTERS = ("succeeded", "failed", "running", "waiting", "failover")
 """``outcome=`` values: a record's outcome, or ``failover`` for tries that left at least one cluster."""
 RECENT_SAMPLES = 20
