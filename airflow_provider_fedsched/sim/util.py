@@ -108,3 +108,36 @@ class Clock:
 
     async def sleep(self, sim_seconds: float) -> None:
         await asyncio.sleep(self.real(sim_seconds))
+
+
+# Query parameters bounded as a real cluster never needs, so that no value costs time or memory.
+MAX_QUERY_INT = 2**53
+
+
+def int_query(query: Any, name: str, minimum: int | None = None) -> int | None:
+    """An integer query parameter, or None when absent; a bad value is a 400 naming the parameter."""
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(
+            400, f'{name}: Invalid value: "{raw}": strconv.ParseInt: parsing "{raw}": invalid syntax'
+        ) from None
+    if minimum is not None and value < minimum:
+        raise ApiError(400, f"{name}: Invalid value: {value}: must be greater than or equal to {minimum}")
+    if abs(value) > MAX_QUERY_INT:
+        raise ApiError(400, f"{name}: Invalid value: {raw}: out of range")
+    return value
+
+
+def time_query(query: Any, name: str) -> float | None:
+    """An RFC 3339 query parameter (``sinceTime``) as epoch seconds; a bad value is a 400."""
+    raw = query.get(name)
+    if not raw:
+        return None
+    try:
+        return parse_time(raw)
+    except (ValueError, OverflowError):
+        raise ApiError(400, f'{name}: Invalid value: "{raw}": not an RFC 3339 time') from None

@@ -53,7 +53,9 @@ def test_exit_code_and_restart_on_failure(east: client.CoreV1Api, fed: SimFedera
         "default", pod_body(again, restart="OnFailure", annotations={"sim.fedsched.io/exit-code": "1"})
     )
     pod = fed["east-cpu"].wait_for_pod(
-        "default", again, lambda p: p["status"]["containerStatuses"][0].get("restartCount", 0) >= 1
+        "default",
+        again,
+        lambda p: (p["status"].get("containerStatuses") or [{}])[0].get("restartCount", 0) >= 1,
     )
     assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 1
 

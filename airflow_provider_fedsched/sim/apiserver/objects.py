@@ -1,13 +1,13 @@
-"""Builders, defaulting and validation for the kinds the simulator serves, and the event recorder."""
+"""Builders, defaulting and validation of the kinds the simulator serves, and status conditions."""
 
 from __future__ import annotations
 
 import re
-import time
+import secrets
 from typing import Any
 
 from airflow_provider_fedsched.federation.resources import QuantityError, parse_resource_list
-from airflow_provider_fedsched.sim.store import Obj, Store
+from airflow_provider_fedsched.sim.apiserver.store import Obj, Store
 from airflow_provider_fedsched.sim.util import ApiError, now_iso
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -50,8 +50,6 @@ def invalid(kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiErro
 def assign_name(obj: Obj, kind: str) -> None:
     meta = obj.setdefault("metadata", {})
     if not meta.get("name") and meta.get("generateName"):
-        import secrets
-
         alphabet = "bcdfghjklmnpqrstvwxz2456789"
         meta["name"] = meta["generateName"] + "".join(secrets.choice(alphabet) for _ in range(5))
     if not meta.get("name"):
@@ -97,8 +95,104 @@ def validate_pod(pod: Obj) -> None:
                     parse_resource_list(resources.get(part))
                 except QuantityError as exc:
                     causes.append((f"spec.{key}[{i}].resources.{part}", "FieldValueInvalid", str(exc)))
+    causes += toleration_causes(spec.get("tolerations"))
     if causes:
         raise invalid("Pod", name, causes)
+
+
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def toleration_causes(tolerations: Any) -> list[tuple[str, str, str]]:
+    """The apiserver's toleration validation (so that every admitted toleration has K8s semantics)."""
+    if tolerations is None:
+        return []
+    if not isinstance(tolerations, list):
+        return [("spec.tolerations", "FieldValueInvalid", "Invalid value: must be a list")]
+    causes: list[tuple[str, str, str]] = []
+    for i, tol in enumerate(tolerations):
+        at = f"spec.tolerations[{i}]"
+        if not isinstance(tol, dict):
+            causes.append((at, "FieldValueInvalid", "Invalid value: must be an object"))
+            continue
+        key, op = tol.get("key") or "", tol.get("operator") or "Equal"
+        effect, value = tol.get("effect") or "", tol.get("value") or ""
+        if op not in ("Equal", "Exists"):
+            causes.append(
+                (
+                    f"{at}.operator",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{op}": supported values: "Equal", "Exists"',
+                )
+            )
+        elif not key and op != "Exists":
+            causes.append(
+                (
+                    f"{at}.operator",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{op}": operator must be Exists when '
+                    '`key` is empty, which means "match all values and all keys"',
+                )
+            )
+        elif op == "Exists" and value:
+            causes.append(
+                (
+                    f"{at}.operator",
+                    "FieldValueInvalid",
+                    f"Invalid value: \"{op}\": value must be empty when `operator` is 'Exists'",
+                )
+            )
+        if effect and effect not in _EFFECTS:
+            causes.append(
+                (
+                    f"{at}.effect",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{effect}": supported values: '
+                    '"NoSchedule", "PreferNoSchedule", "NoExecute"',
+                )
+            )
+        seconds = tol.get("tolerationSeconds")
+        if seconds is not None:
+            if effect != "NoExecute":
+                causes.append(
+                    (
+                        f"{at}.effect",
+                        "FieldValueInvalid",
+                        f'Invalid value: "{effect}": effect must be '
+                        "'NoExecute' when `tolerationSeconds` is set",
+                    )
+                )
+            elif isinstance(seconds, bool) or not isinstance(seconds, int):
+                causes.append(
+                    (
+                        f"{at}.tolerationSeconds",
+                        "FieldValueInvalid",
+                        f"Invalid value: {seconds!r}: must be an integer",
+                    )
+                )
+    return causes
+
+
+def taint_causes(taints: Any, at: str = "spec.taints") -> list[tuple[str, str, str]]:
+    """Node taint validation: a key and one of the three effects."""
+    if taints is None:
+        return []
+    if not isinstance(taints, list):
+        return [(at, "FieldValueInvalid", "Invalid value: must be a list")]
+    causes: list[tuple[str, str, str]] = []
+    for i, taint in enumerate(taints):
+        if not isinstance(taint, dict) or not taint.get("key"):
+            causes.append((f"{at}[{i}].key", "FieldValueRequired", "Required value"))
+        elif taint.get("effect") not in _EFFECTS:
+            causes.append(
+                (
+                    f"{at}[{i}].effect",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{taint.get("effect")}": '
+                    'supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"',
+                )
+            )
+    return causes
 
 
 def qos_class(spec: Obj) -> str:
@@ -282,64 +376,3 @@ def get_condition(obj: Obj, ctype: str) -> Obj | None:
     return next(
         (c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == ctype), None
     )
-
-
-class EventRecorder:
-    """Writes core/v1 Events, aggregating repeats (same object, reason, message, source) into ``count``."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._index: dict[tuple[str, str, str, str], tuple[str, str]] = {}
-        self._seq = 0
-
-    def record(
-        self, obj: Obj, etype: str, reason: str, message: str, component: str, host: str | None = None
-    ) -> Obj:
-        meta = obj["metadata"]
-        namespace = meta.get("namespace") or "default"
-        key = (meta.get("uid", ""), reason, message, component)
-        now = now_iso()
-        existing = self._index.get(key)
-        if existing is not None:
-            updated = self.store.mutate("events", existing[0], existing[1], _bump(now))
-            if updated is not None:
-                return updated
-        self._seq += 1
-        name = f"{meta['name']}.{int(time.time() * 1e9) + self._seq:x}"
-        source = {"component": component}
-        if host:
-            source["host"] = host
-        event: Obj = {
-            "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": {
-                "kind": obj.get("kind", "Pod"),
-                "namespace": meta.get("namespace"),
-                "name": meta["name"],
-                "uid": meta.get("uid"),
-                "apiVersion": obj.get("apiVersion", "v1"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message,
-            "source": source,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "type": etype,
-            "eventTime": None,
-            "reportingComponent": component,
-            "reportingInstance": host or "",
-        }
-        if obj.get("kind") == "Node":
-            event["involvedObject"].pop("namespace")
-        self.store.create("events", event)
-        self._index[key] = (namespace, name)
-        return event
-
-
-def _bump(now: str) -> Any:
-    def fn(event: Obj) -> None:
-        event["count"] = int(event.get("count", 1)) + 1
-        event["lastTimestamp"] = now
-
-    return fn
