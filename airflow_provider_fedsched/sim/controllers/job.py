@@ -110,10 +110,10 @@ class JobController:
             self._mark(meta["uid"])
         elif event.plural == "pods":
             owner = controller_uid(event.obj)
-            if owner is not None:
+            if owner is not None and owner in self._jobs:
                 self._mark(owner)
             elif TRACKING in (event.obj["metadata"].get("finalizers") or []) and event.type != "DELETED":
-                self._mark("orphans:" + event.obj["metadata"]["namespace"])
+                self._mark("orphans:" + event.obj["metadata"]["namespace"])  # its Job is gone
 
     def _mark(self, key: str) -> None:
         if not self._dirty:
