@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from airflow_provider_fedsched.sim.cluster import Cluster
+from airflow_provider_fedsched.sim.config import conn_id
 from airflow_provider_fedsched.sim.control import apply_fault, journal_report, submit_priority_pod
 
 T = TypeVar("T")
@@ -39,10 +40,6 @@ def wait_for(
         time.sleep(interval)
         last = predicate()
     return last
-
-
-def conn_id(cluster: str) -> str:
-    return "k8s_" + cluster.replace("-", "_")
 
 
 class FaultsHandle:

@@ -20,20 +20,22 @@ import yaml
 from aiohttp import web
 
 from airflow_provider_fedsched.sim.cluster import Cluster, SimPortInUse
-from airflow_provider_fedsched.sim.config import SimConfig, default_config, load_config, parse_config
+from airflow_provider_fedsched.sim.config import (
+    SimConfig,
+    conn_id,
+    default_config,
+    federation_spec,
+    load_config,
+    parse_config,
+)
 from airflow_provider_fedsched.sim.control import build_control_app
-from airflow_provider_fedsched.sim.handles import ClusterHandle, SimTimeout, conn_id, wait_for
+from airflow_provider_fedsched.sim.handles import ClusterHandle, SimTimeout, wait_for
 from airflow_provider_fedsched.sim.util import Clock
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CONTROL = "__control__"
-DEFAULT_POLICY = {
-    "weights": {"cost": 0.35, "locality": 0.25, "proximity": 0.15, "headroom": 0.15, "forecast": 0.10},
-    "snapshot_ttl_seconds": 15,
-    "cooldown_seconds": 60,
-}
 
 
 class SimFederation:
@@ -217,23 +219,7 @@ class SimFederation:
         }
 
     def federation_spec(self) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "clusters": [
-                {
-                    "name": c.name,
-                    "conn_id": conn_id(c.name),
-                    "region": c.region,
-                    "group": c.group,
-                    "labels": dict(c.labels),
-                    "taints": [t.model_dump() for t in c.taints],
-                    "prices": c.prices.model_dump(),
-                }
-                for c in cfg.clusters
-            ],
-            "datasets": [{k: v for k, v in d.model_dump().items() if v is not None} for d in cfg.datasets],
-            "policy": cfg.policy or DEFAULT_POLICY,
-        }
+        return federation_spec(self.config)
 
     def airflow_env(self) -> str:
         lines = []
