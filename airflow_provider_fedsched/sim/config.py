@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_fedsched.federation.resources import QuantityError, parse_quantity
+from airflow_provider_fedsched.sim.util import quantity_too_large
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -23,6 +24,9 @@ class _Model(BaseModel):
 
 
 def _quantity(value: Any) -> str:
+    too_large = quantity_too_large(value)
+    if too_large:
+        raise ValueError(too_large)
     try:
         parse_quantity(value)
     except QuantityError as exc:

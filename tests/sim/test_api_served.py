@@ -173,3 +173,12 @@ def test_eviction_respects_disruption_budgets(small_fed: SimFederation, solo: cl
     assert refused.value.status == 429
     assert json.loads(refused.value.body)["details"]["causes"][0]["reason"] == "DisruptionBudget"
     assert handle.pod("default", names[1])["metadata"].get("deletionTimestamp") is None
+
+
+def test_delete_collection_by_label(small_fed: SimFederation, solo: client.CoreV1Api) -> None:
+    handle = small_fed["solo"]
+    for name in ("sweep-a", "sweep-b", "keep-c"):
+        labels = {"sweep": "yes"} if name.startswith("sweep") else {}
+        solo.create_namespaced_pod("default", pod_body(name, labels=labels, schedulerName="manual"))
+    solo.delete_collection_namespaced_pod("default", label_selector="sweep=yes")
+    wait_for(lambda: {p["metadata"]["name"] for p in handle.pods("default")} == {"keep-c"})

@@ -57,7 +57,7 @@ def job_body(
 
 
 def pods_of(handle: Any, job: str) -> list[dict[str, Any]]:
-    return [p for p in handle.pods("default") if p["metadata"]["labels"].get("job-name") == job]
+    return [p for p in handle.pods("default") if (p["metadata"].get("labels") or {}).get("job-name") == job]
 
 
 def condition(job: client.V1Job, ctype: str) -> client.V1JobCondition | None:

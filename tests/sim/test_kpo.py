@@ -65,7 +65,9 @@ def test_kubernetes_job_operator_runs_a_job_of_two_pods(
     # The operator deleted its pods once done (on_finish_action), then KubernetesDeleteJobOperator the Job.
     assert all(r["removed_at"] for r in runs)
     assert not east.call(lambda: east.store.get("jobs", "default", job_name))
-    assert not [p for p in east.pods("default") if p["metadata"]["labels"].get("job-name") == job_name]
+    assert not [
+        p for p in east.pods("default") if (p["metadata"].get("labels") or {}).get("job-name") == job_name
+    ]
 
 
 def test_kpo_unschedulable_pod_hits_schedule_timeout(

@@ -146,6 +146,10 @@ class Api:
             if method == "POST":
                 created = registry.create(self.store, plural, namespace, await read_body(request))
                 return dump(created, 201)
+            if method == "DELETE":
+                return dump(
+                    self.delete_collection(plural, namespace, query, await self._delete_options(request))
+                )
             raise ApiError(
                 405,
                 f"the server does not allow this method on the requested resource ({method})",
@@ -192,6 +196,35 @@ class Api:
             "items": items,
         }
 
+    def delete_collection(self, plural: str, namespace: str, query: Any, options: Obj) -> dict[str, Any]:
+        """``DELETE`` on a collection: every object the selectors match, deleted one by one."""
+        listed = self.list(
+            plural, namespace, {k: v for k, v in query.items() if k not in ("limit", "continue")}
+        )
+        deleted = []
+        for obj in listed["items"]:
+            meta = obj["metadata"]
+            try:
+                registry.delete(self.store, plural, meta.get("namespace", ""), meta["name"], options)
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+            deleted.append(obj)
+        return {**listed, "items": deleted}
+
+    @staticmethod
+    async def _delete_options(request: web.Request) -> Obj:
+        options = await read_body(request)
+        if not isinstance(options, dict):
+            raise ApiError(400, "the body of a DELETE must be DeleteOptions (a JSON object)", "BadRequest")
+        options = dict(options)
+        grace = int_query(request.query, "gracePeriodSeconds", 0)
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        if request.query.get("propagationPolicy"):
+            options["propagationPolicy"] = request.query["propagationPolicy"]
+        return options
+
     # -- single object -------------------------------------------------------------------------------
     async def _item(
         self, request: web.Request, resource: Resource, namespace: str, name: str
@@ -200,17 +233,7 @@ class Api:
         if method == "GET":
             return self._answer(request, resource, self.store.require(plural, namespace, name))
         if method == "DELETE":
-            options = await read_body(request)
-            if not isinstance(options, dict):
-                raise ApiError(
-                    400, "the body of a DELETE must be DeleteOptions (a JSON object)", "BadRequest"
-                )
-            options = dict(options)
-            grace = int_query(request.query, "gracePeriodSeconds", 0)
-            if grace is not None:
-                options["gracePeriodSeconds"] = grace
-            if request.query.get("propagationPolicy"):
-                options["propagationPolicy"] = request.query["propagationPolicy"]
+            options = await self._delete_options(request)
             return dump(registry.delete(self.store, plural, namespace, name, options))
         if method in ("PUT", "PATCH"):
             ctype = None if method == "PUT" else request.headers.get("Content-Type", "application/json")

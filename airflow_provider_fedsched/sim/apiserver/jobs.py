@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from airflow_provider_fedsched.sim.apiserver.objects import invalid
 from airflow_provider_fedsched.sim.apiserver.store import Obj
+from airflow_provider_fedsched.sim.apiserver.validation import invalid
 
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 JOB_NAME = "batch.kubernetes.io/job-name"

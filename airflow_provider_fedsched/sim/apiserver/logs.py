@@ -61,6 +61,11 @@ async def pod_log(
     request: web.Request, store: Store, agent: NodeAgent, namespace: str, name: str
 ) -> web.StreamResponse:
     query = request.query
+    # Options are decoded (400 on a bad one) before the pod is looked up, as the apiserver does.
+    since_seconds = int_query(query, "sinceSeconds", 1)
+    since_time = time_query(query, "sinceTime")
+    limit = int_query(query, "limitBytes", 1)
+    tail = int_query(query, "tailLines", 0)
     pod = store.require("pods", namespace, name)
     container = _select_container(pod, query)
     uid = pod["metadata"]["uid"]
@@ -81,10 +86,7 @@ async def pod_log(
             buffer = LogBuffer(done=True)
     timestamps = _true(query.get("timestamps"))
     follow = _true(query.get("follow"))
-    since_seconds = int_query(query, "sinceSeconds", 1)
-    since = time.time() - since_seconds if since_seconds is not None else time_query(query, "sinceTime")
-    limit = int_query(query, "limitBytes", 1)
-    tail = int_query(query, "tailLines", 0)
+    since = time.time() - since_seconds if since_seconds is not None else since_time
     lines = [ln for ln in buffer.lines if since is None or ln[0] >= since]
     if tail is not None:
         lines = lines[-tail:] if tail else []

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import secrets
-from typing import Any
 
-from airflow_provider_fedsched.federation.resources import QuantityError, parse_resource_list
 from airflow_provider_fedsched.sim.apiserver.store import Obj, Store
+from airflow_provider_fedsched.sim.apiserver.validation import invalid
 from airflow_provider_fedsched.sim.util import ApiError, now_iso
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DEFAULT_TOLERATIONS = [
     {
         "key": "node.kubernetes.io/not-ready",
@@ -30,25 +26,13 @@ BUILTIN_PRIORITY_CLASSES = {"system-cluster-critical": 2000000000, "system-node-
 TERMINAL = ("Succeeded", "Failed")
 
 
-def invalid(kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
-    """422 Invalid with the apiserver's aggregated message (``Pod "x" is invalid: field: msg``)."""
-    text = ", ".join(f"{field}: {msg}" for field, _, msg in causes)
-    if len(causes) > 1:
-        text = "[" + text + "]"
-    return ApiError(
-        422,
-        f'{kind} "{name}" is invalid: {text}',
-        "Invalid",
-        {
-            "name": name,
-            "kind": kind,
-            "causes": [{"reason": reason, "message": msg, "field": field} for field, reason, msg in causes],
-        },
-    )
-
-
 def assign_name(obj: Obj, kind: str) -> None:
     meta = obj.setdefault("metadata", {})
+    generate = meta.get("generateName")
+    if not meta.get("name") and generate and (not isinstance(generate, str) or len(generate) > 253):
+        raise invalid(
+            kind, "", [("metadata.generateName", "FieldValueInvalid", "Invalid value: must be a name prefix")]
+        )
     if not meta.get("name") and meta.get("generateName"):
         alphabet = "bcdfghjklmnpqrstvwxz2456789"
         meta["name"] = meta["generateName"] + "".join(secrets.choice(alphabet) for _ in range(5))
@@ -58,141 +42,6 @@ def assign_name(obj: Obj, kind: str) -> None:
             "",
             [("metadata.name", "FieldValueRequired", "Required value: name or generateName is required")],
         )
-
-
-def validate_pod(pod: Obj) -> None:
-    name = pod["metadata"]["name"]
-    causes: list[tuple[str, str, str]] = []
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        causes.append(
-            (
-                "metadata.name",
-                "FieldValueInvalid",
-                f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
-                "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-            )
-        )
-    spec = pod.get("spec") or {}
-    containers = spec.get("containers") or []
-    if not containers:
-        causes.append(("spec.containers", "FieldValueRequired", "Required value"))
-    seen: set[str] = set()
-    for key in ("initContainers", "containers"):
-        for i, container in enumerate(spec.get(key) or []):
-            cname = container.get("name") or ""
-            if not cname:
-                causes.append((f"spec.{key}[{i}].name", "FieldValueRequired", "Required value"))
-            elif not _DNS_LABEL.match(cname):
-                causes.append((f"spec.{key}[{i}].name", "FieldValueInvalid", f'Invalid value: "{cname}"'))
-            elif cname in seen:
-                causes.append((f"spec.{key}[{i}].name", "FieldValueDuplicate", f'Duplicate value: "{cname}"'))
-            seen.add(cname)
-            if not container.get("image"):
-                causes.append((f"spec.{key}[{i}].image", "FieldValueRequired", "Required value"))
-            resources = container.get("resources") or {}
-            for part in ("requests", "limits"):
-                try:
-                    parse_resource_list(resources.get(part))
-                except QuantityError as exc:
-                    causes.append((f"spec.{key}[{i}].resources.{part}", "FieldValueInvalid", str(exc)))
-    causes += toleration_causes(spec.get("tolerations"))
-    if causes:
-        raise invalid("Pod", name, causes)
-
-
-_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-
-
-def toleration_causes(tolerations: Any) -> list[tuple[str, str, str]]:
-    """The apiserver's toleration validation (so that every admitted toleration has K8s semantics)."""
-    if tolerations is None:
-        return []
-    if not isinstance(tolerations, list):
-        return [("spec.tolerations", "FieldValueInvalid", "Invalid value: must be a list")]
-    causes: list[tuple[str, str, str]] = []
-    for i, tol in enumerate(tolerations):
-        at = f"spec.tolerations[{i}]"
-        if not isinstance(tol, dict):
-            causes.append((at, "FieldValueInvalid", "Invalid value: must be an object"))
-            continue
-        key, op = tol.get("key") or "", tol.get("operator") or "Equal"
-        effect, value = tol.get("effect") or "", tol.get("value") or ""
-        if op not in ("Equal", "Exists"):
-            causes.append(
-                (
-                    f"{at}.operator",
-                    "FieldValueNotSupported",
-                    f'Unsupported value: "{op}": supported values: "Equal", "Exists"',
-                )
-            )
-        elif not key and op != "Exists":
-            causes.append(
-                (
-                    f"{at}.operator",
-                    "FieldValueInvalid",
-                    f'Invalid value: "{op}": operator must be Exists when '
-                    '`key` is empty, which means "match all values and all keys"',
-                )
-            )
-        elif op == "Exists" and value:
-            causes.append(
-                (
-                    f"{at}.operator",
-                    "FieldValueInvalid",
-                    f"Invalid value: \"{op}\": value must be empty when `operator` is 'Exists'",
-                )
-            )
-        if effect and effect not in _EFFECTS:
-            causes.append(
-                (
-                    f"{at}.effect",
-                    "FieldValueNotSupported",
-                    f'Unsupported value: "{effect}": supported values: '
-                    '"NoSchedule", "PreferNoSchedule", "NoExecute"',
-                )
-            )
-        seconds = tol.get("tolerationSeconds")
-        if seconds is not None:
-            if effect != "NoExecute":
-                causes.append(
-                    (
-                        f"{at}.effect",
-                        "FieldValueInvalid",
-                        f'Invalid value: "{effect}": effect must be '
-                        "'NoExecute' when `tolerationSeconds` is set",
-                    )
-                )
-            elif isinstance(seconds, bool) or not isinstance(seconds, int):
-                causes.append(
-                    (
-                        f"{at}.tolerationSeconds",
-                        "FieldValueInvalid",
-                        f"Invalid value: {seconds!r}: must be an integer",
-                    )
-                )
-    return causes
-
-
-def taint_causes(taints: Any, at: str = "spec.taints") -> list[tuple[str, str, str]]:
-    """Node taint validation: a key and one of the three effects."""
-    if taints is None:
-        return []
-    if not isinstance(taints, list):
-        return [(at, "FieldValueInvalid", "Invalid value: must be a list")]
-    causes: list[tuple[str, str, str]] = []
-    for i, taint in enumerate(taints):
-        if not isinstance(taint, dict) or not taint.get("key"):
-            causes.append((f"{at}[{i}].key", "FieldValueRequired", "Required value"))
-        elif taint.get("effect") not in _EFFECTS:
-            causes.append(
-                (
-                    f"{at}[{i}].effect",
-                    "FieldValueNotSupported",
-                    f'Unsupported value: "{taint.get("effect")}": '
-                    'supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"',
-                )
-            )
-    return causes
 
 
 def qos_class(spec: Obj) -> str:
@@ -242,6 +91,7 @@ def default_pod(pod: Obj, store: Store) -> None:
     for default in DEFAULT_TOLERATIONS:
         if not any(t.get("key") == default["key"] and t.get("effect") == "NoExecute" for t in tolerations):
             tolerations.append(dict(default))
+    provided = spec.get("priority")
     class_name = spec.get("priorityClassName")
     if class_name:
         pc = store.get("priorityclasses", "", class_name)
@@ -260,6 +110,15 @@ def default_pod(pod: Obj, store: Store) -> None:
         spec["priority"] = default_pc.get("value", 0) if default_pc else 0
         if default_pc:
             spec["priorityClassName"] = default_pc["metadata"]["name"]
+    if provided is not None and provided != spec["priority"]:
+        raise ApiError(
+            403,
+            f'pods "{pod["metadata"]["name"]}" is forbidden: the integer value of priority ({provided}) '
+            "must not be provided in pod spec; priority admission controller computed "
+            f"{spec['priority']} from the given PriorityClass name",
+            "Forbidden",
+            {"name": pod["metadata"]["name"], "kind": "pods"},
+        )
     pod["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
 
 

@@ -10,15 +10,10 @@ from __future__ import annotations
 import copy
 
 from airflow_provider_fedsched.sim.apiserver import quota
-from airflow_provider_fedsched.sim.apiserver.objects import (
-    TERMINAL,
-    assign_name,
-    default_pod,
-    set_condition,
-    validate_pod,
-)
+from airflow_provider_fedsched.sim.apiserver.objects import TERMINAL, assign_name, default_pod, set_condition
 from airflow_provider_fedsched.sim.apiserver.selectors import selector_matches
 from airflow_provider_fedsched.sim.apiserver.store import Obj, Store
+from airflow_provider_fedsched.sim.apiserver.validation import validate_pod
 from airflow_provider_fedsched.sim.util import ApiError
 
 

@@ -10,18 +10,17 @@ import copy
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_fedsched.federation.resources import QuantityError, parse_resource_list
 from airflow_provider_fedsched.sim.apiserver import jobs, pods
-from airflow_provider_fedsched.sim.apiserver.objects import (
-    assign_name,
-    invalid,
-    make_node,
-    taint_causes,
-)
+from airflow_provider_fedsched.sim.apiserver.objects import assign_name, make_node
 from airflow_provider_fedsched.sim.apiserver.patch import apply_patch
-from airflow_provider_fedsched.sim.apiserver.quota import resource_of
 from airflow_provider_fedsched.sim.apiserver.resources import BY_PLURAL, NAMESPACED, STATUS_SUBRESOURCE
 from airflow_provider_fedsched.sim.apiserver.store import Obj, Store
+from airflow_provider_fedsched.sim.apiserver.validation import (
+    invalid,
+    name_causes,
+    quantity_causes,
+    taint_causes,
+)
 from airflow_provider_fedsched.sim.util import ApiError, new_uid
 
 PROPAGATION = ("Orphan", "Background", "Foreground")
@@ -75,8 +74,14 @@ def _validate(plural: str, obj: Obj) -> None:
     name = obj["metadata"].get("name", "")
     kind = BY_PLURAL[plural].kind
     spec = obj.get("spec") or {}
+    causes = name_causes(obj["metadata"], label=plural == "namespaces")
+    if causes:
+        raise invalid(kind, str(name), causes)
     if plural == "nodes":
         causes = taint_causes(spec.get("taints"))
+        status = obj.get("status") or {}
+        for key in ("capacity", "allocatable"):
+            causes += quantity_causes(status.get(key), f"status.{key}")
         if causes:
             raise invalid(kind, name, causes)
     elif plural == "leases":
@@ -112,11 +117,14 @@ def _validate(plural: str, obj: Obj) -> None:
                 ],
             )
     elif plural == "resourcequotas":
-        for key, value in (spec.get("hard") or {}).items():
-            try:
-                parse_resource_list({resource_of(str(key)): value})
-            except QuantityError as exc:
-                raise invalid(kind, name, [(f"spec.hard[{key}]", "FieldValueInvalid", str(exc))]) from None
+        hard = spec.get("hard") or {}
+        if not isinstance(hard, dict):
+            raise invalid(
+                kind, name, [("spec.hard", "FieldValueTypeInvalid", "Invalid value: must be a map")]
+            )
+        causes = [c for k, v in hard.items() for c in quantity_causes({str(k): v}, "spec.hard")]
+        if causes:
+            raise invalid(kind, name, causes)
     elif plural == "priorityclasses" and not isinstance(obj.get("value"), int):
         raise invalid(kind, name, [("value", "FieldValueRequired", "Required value: an integer")])
 
@@ -198,7 +206,7 @@ def write(
         new["status"] = copy.deepcopy(current["status"])
     if plural == "jobs" and not status_only:
         jobs.check_update(current, new)
-    if not status_only:
+    if not status_only or plural == "nodes":
         _validate(plural, new)
     return store.update(plural, new, expected)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from airflow_provider_fedsched.sim.apiserver import registry
+from airflow_provider_fedsched.sim.apiserver import pods, registry
 from airflow_provider_fedsched.sim.apiserver.events import EventRecorder
 from airflow_provider_fedsched.sim.apiserver.resources import NAMESPACED
 from airflow_provider_fedsched.sim.apiserver.store import Obj, Store, WatchEvent
@@ -37,6 +37,7 @@ class GarbageCollector:
         self._gone: set[str] = set()  # uids of owners removed, whose dependents must go
         self._scheduled = False
         self._terminating_owners: dict[str, tuple[str, str, str, str]] = {}
+        self._orphans: set[tuple[str, str, str]] = set()  # pods on nodes that do not exist
         # owner uid -> dependents (plural, namespace, name), kept from the watch events.
         self._owned: dict[str, set[tuple[str, str, str]]] = {}
         store.listeners.append(self._on_event)
@@ -58,6 +59,16 @@ class GarbageCollector:
         key = (event.plural, meta.get("namespace", ""), meta["name"], meta["uid"])
         if event.plural in DEPENDENT_KINDS:
             self._index(event)
+        node = (event.obj.get("spec") or {}).get("nodeName") if event.plural == "pods" else None
+        if (
+            node
+            and meta.get("deletionTimestamp")
+            and event.type != "DELETED"
+            and self.store.get("nodes", "", node) is None
+        ):
+            # PodGC: no kubelet will ever finish a pod bound to a node that does not exist.
+            self._orphans.add((meta["namespace"], meta["name"], meta["uid"]))
+            self._schedule()
         if event.type == "DELETED":
             if self._owned.get(meta["uid"]):
                 self._gone.add(meta["uid"])
@@ -118,6 +129,12 @@ class GarbageCollector:
 
     def _sync(self) -> None:
         self._scheduled = False
+        orphans, self._orphans = self._orphans, set()
+        for namespace, name, uid in sorted(orphans):
+            pod = self.store.get("pods", namespace, name)
+            if pod is not None and pod["metadata"]["uid"] == uid:
+                with contextlib.suppress(ApiError):
+                    pods.delete_pod(self.store, namespace, name, 0)
         gone, self._gone = self._gone, set()
         for uid in gone:
             for plural, dependent in self._dependents(uid):

@@ -92,8 +92,8 @@ class Kubelet:
             self._repeats = {k: v for k, v in self._repeats.items() if k[0] != uid}
             return
         node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            return
+        if not node or self.store.get("nodes", "", node) is None:
+            return  # unscheduled, or bound to a node no kubelet runs: it stays Pending, as on a cluster
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         terminated = {cs["name"] for cs in statuses if "terminated" in (cs.get("state") or {})}
         if terminated:
@@ -234,7 +234,7 @@ class Kubelet:
             if short:
                 resource = short[0]
                 return (
-                    f"Out{resource}",
+                    f"OutOf{resource}",
                     f"Pod was rejected: Node didn't have enough resource: {resource}, requested: "
                     f"{request.get(resource, 0)}, used: {used.get(resource, 0)}, capacity: "
                     f"{allocatable.get(resource, 0)}",

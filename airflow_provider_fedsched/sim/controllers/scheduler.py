@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import Counter
 from typing import Any
@@ -24,6 +25,7 @@ from airflow_provider_fedsched.sim.controllers.taints import untolerated
 from airflow_provider_fedsched.sim.util import ApiError, Clock
 
 COMPONENT = "default-scheduler"
+log = logging.getLogger(__name__)
 RESOURCE_REASONS = ("Insufficient ", "Too many pods")
 
 
@@ -178,7 +180,13 @@ class Scheduler:
         nodes = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"])
         usage = self.node_usage()
         for pod in todo:
-            self.schedule_one(pod, nodes, usage)
+            try:
+                self.schedule_one(pod, nodes, usage)
+            except Exception:  # one pod the scheduler cannot handle must not stop it for all others
+                log.exception(
+                    "scheduler: pod %s/%s skipped", pod["metadata"]["namespace"], pod["metadata"]["name"]
+                )
+                self._pending.pop(pod["metadata"]["uid"], None)
 
     def schedule_one(self, pod: Obj, nodes: list[Obj], usage: dict[str, dict[str, int]]) -> None:
         spec, uid = pod["spec"], pod["metadata"]["uid"]
