@@ -161,7 +161,8 @@ def parse_field_selector(plural: str, selector: str | None) -> Callable[[Mapping
     return predicate
 
 
-def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """One requirement of a label or node selector (``Gt``/``Lt`` compare integers, node selectors only)."""
     key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
     if op == "In":
         return key in labels and labels[key] in values
@@ -171,6 +172,12 @@ def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> b
         return key in labels
     if op == "DoesNotExist":
         return key not in labels
+    if op in ("Gt", "Lt") and key in labels and values:
+        try:
+            left, right = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return left > right if op == "Gt" else left < right
     return False
 
 
@@ -182,7 +189,7 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
             return False
-    return all(_expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
+    return all(expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
 
 
 def selector_string(selector: Mapping[str, Any] | None) -> str:

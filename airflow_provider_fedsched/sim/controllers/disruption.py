@@ -20,6 +20,7 @@ from airflow_provider_fedsched.sim.apiserver.objects import TERMINAL, set_condit
 from airflow_provider_fedsched.sim.apiserver.selectors import selector_matches
 from airflow_provider_fedsched.sim.apiserver.store import Obj, Store, WatchEvent
 from airflow_provider_fedsched.sim.controllers.taints import eviction_delay, node_taints
+from airflow_provider_fedsched.sim.controllers.workqueue import WorkQueue
 from airflow_provider_fedsched.sim.util import Clock, now_iso
 
 
@@ -137,7 +138,7 @@ class DisruptionController:
         self.store = store
         self.events = events
         self.clock = clock
-        self._dirty: set[str] = set()
+        self.queue = WorkQueue(self._sync)
         store.listeners.append(self._on_event)
 
     def _on_event(self, event: WatchEvent) -> None:
@@ -152,33 +153,29 @@ class DisruptionController:
             and (event.obj.get("spec") == (event.old or {}).get("spec"))
         ):
             return  # our own status write
-        if not self._dirty:
-            asyncio.get_running_loop().call_soon(self._sync)
-        self._dirty.add(event.obj["metadata"]["namespace"])
+        self.queue.add(event.obj["metadata"]["namespace"])
 
-    def _sync(self) -> None:
-        dirty, self._dirty = self._dirty, set()
-        for namespace in sorted(dirty):
-            candidates = self.store.list("pods", namespace)
-            for budget in self.store.list("poddisruptionbudgets", namespace):
-                status = budget_status(budget, candidates)
-                current = {k: v for k, v in (budget.get("status") or {}).items() if k != "conditions"}
-                if current == status:
-                    continue
+    def _sync(self, namespace: str) -> None:
+        candidates = self.store.list("pods", namespace)
+        for budget in self.store.list("poddisruptionbudgets", namespace):
+            status = budget_status(budget, candidates)
+            current = {k: v for k, v in (budget.get("status") or {}).items() if k != "conditions"}
+            if current == status:
+                continue
 
-                def apply(b: Obj, s: Obj = status) -> None:
-                    b["status"] = {**s, "conditions": (b.get("status") or {}).get("conditions") or []}
-                    allowed = s["disruptionsAllowed"] > 0
-                    set_condition(
-                        b,
-                        "DisruptionAllowed",
-                        "True" if allowed else "False",
-                        "SufficientPods" if allowed else "InsufficientPods",
-                        "",
-                        probe_times=False,
-                    )
+            def apply(b: Obj, s: Obj = status) -> None:
+                b["status"] = {**s, "conditions": (b.get("status") or {}).get("conditions") or []}
+                allowed = s["disruptionsAllowed"] > 0
+                set_condition(
+                    b,
+                    "DisruptionAllowed",
+                    "True" if allowed else "False",
+                    "SufficientPods" if allowed else "InsufficientPods",
+                    "",
+                    probe_times=False,
+                )
 
-                self.store.mutate("poddisruptionbudgets", namespace, budget["metadata"]["name"], apply)
+            self.store.mutate("poddisruptionbudgets", namespace, budget["metadata"]["name"], apply)
 
 
 def evict_for_node_pressure(

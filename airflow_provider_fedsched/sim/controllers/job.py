@@ -19,6 +19,7 @@ from airflow_provider_fedsched.sim.apiserver.events import EventRecorder
 from airflow_provider_fedsched.sim.apiserver.jobs import pod_from_template
 from airflow_provider_fedsched.sim.apiserver.objects import TERMINAL
 from airflow_provider_fedsched.sim.apiserver.store import Obj, Store, WatchEvent
+from airflow_provider_fedsched.sim.controllers.workqueue import WorkQueue
 from airflow_provider_fedsched.sim.util import ApiError, Clock, now_iso, parse_time
 
 COMPONENT = "job-controller"
@@ -75,7 +76,7 @@ class JobController:
         self.events = events
         self.clock = clock
         self._jobs: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name)
-        self._dirty: set[str] = set()
+        self.queue = WorkQueue(self._sync_key)
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._not_before: dict[str, float] = {}  # uid -> no new pod before (after failures), wall clock
         self._started: dict[str, float] = {}  # uid -> when it started (wall clock, for the deadline)
@@ -116,29 +117,23 @@ class JobController:
                 self._mark("orphans:" + event.obj["metadata"]["namespace"])  # its Job is gone
 
     def _mark(self, key: str) -> None:
-        if not self._dirty:
-            asyncio.get_running_loop().call_soon(self._sync_all)
-        self._dirty.add(key)
+        self.queue.add(key)
 
-    def _sync_all(self) -> None:
-        dirty, self._dirty = self._dirty, set()
-        for key in sorted(dirty):
-            if key.startswith("orphans:"):
-                self._release_orphans(key.split(":", 1)[1])
-                continue
-            where = self._jobs.get(key)
-            job = self.store.get("jobs", *where) if where else None
-            pods_of = (
-                [p for p in self.store.list("pods", where[0]) if controller_uid(p) == key] if where else []
-            )
-            if job is None or job["metadata"]["uid"] != key:
-                for pod in pods_of:
-                    self._untrack(pod)
-                continue
-            try:
-                self._sync(job, pods_of)
-            except ApiError:
-                self._later(key, self.clock.real(1.0), "retry")  # the store moved under us: look again soon
+    def _sync_key(self, key: str) -> None:
+        if key.startswith("orphans:"):
+            self._release_orphans(key.split(":", 1)[1])
+            return
+        where = self._jobs.get(key)
+        job = self.store.get("jobs", *where) if where else None
+        pods_of = [p for p in self.store.list("pods", where[0]) if controller_uid(p) == key] if where else []
+        if job is None or job["metadata"]["uid"] != key:
+            for pod in pods_of:
+                self._untrack(pod)
+            return
+        try:
+            self._sync(job, pods_of)
+        except ApiError:
+            self._later(key, self.clock.real(1.0), "retry")  # the store moved under us: look again soon
 
     def _later(self, uid: str, real_seconds: float, purpose: str) -> None:
         """Look at the Job again after ``real_seconds`` (one timer per purpose: backoff, deadline, retry)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +10,7 @@ from airflow_provider_fedsched.sim.apiserver.events import EventRecorder
 from airflow_provider_fedsched.sim.apiserver.objects import TERMINAL
 from airflow_provider_fedsched.sim.apiserver.quota import namespace_usage, parse_hard, resource_of
 from airflow_provider_fedsched.sim.apiserver.store import Obj, Store, WatchEvent
+from airflow_provider_fedsched.sim.controllers.workqueue import WorkQueue
 from airflow_provider_fedsched.sim.util import Clock
 
 
@@ -28,7 +28,7 @@ class QuotaController:
         self.store = store
         self.events = events
         self.clock = clock
-        self._dirty: set[str] = set()
+        self.queue = WorkQueue(self.refresh)
         store.listeners.append(self._on_event)
 
     def _on_event(self, event: WatchEvent) -> None:
@@ -43,16 +43,8 @@ class QuotaController:
                 self._mark(event.obj["metadata"]["namespace"])
 
     def _mark(self, namespace: str) -> None:
-        if not self.store.objects["resourcequotas"]:
-            return
-        if not self._dirty:
-            asyncio.get_running_loop().call_soon(self._sync)
-        self._dirty.add(namespace)
-
-    def _sync(self) -> None:
-        dirty, self._dirty = self._dirty, set()
-        for namespace in sorted(dirty):
-            self.refresh(namespace)
+        if self.store.objects["resourcequotas"]:
+            self.queue.add(namespace)
 
     def refresh(self, namespace: str) -> None:
         """Recompute ``status.hard``/``status.used`` of every quota in ``namespace`` now."""

@@ -20,6 +20,7 @@ from airflow_provider_fedsched.federation.resources import (
 from airflow_provider_fedsched.sim.apiserver import pods
 from airflow_provider_fedsched.sim.apiserver.events import EventRecorder
 from airflow_provider_fedsched.sim.apiserver.objects import TERMINAL, get_condition, set_condition
+from airflow_provider_fedsched.sim.apiserver.selectors import expression_matches
 from airflow_provider_fedsched.sim.apiserver.store import Obj, Store, WatchEvent
 from airflow_provider_fedsched.sim.controllers.taints import untolerated
 from airflow_provider_fedsched.sim.util import ApiError, Clock
@@ -27,25 +28,6 @@ from airflow_provider_fedsched.sim.util import ApiError, Clock
 COMPONENT = "default-scheduler"
 log = logging.getLogger(__name__)
 RESOURCE_REASONS = ("Insufficient ", "Too many pods")
-
-
-def _match_expression(expr: Obj, labels: dict[str, str]) -> bool:
-    key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
-    if op == "In":
-        return labels.get(key) in values
-    if op == "NotIn":
-        return labels.get(key) not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt") and key in labels and values:
-        try:
-            left, right = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return left > right if op == "Gt" else left < right
-    return False
 
 
 def matches_node(pod_spec: Obj, node: Obj) -> bool:
@@ -61,8 +43,8 @@ def matches_node(pod_spec: Obj, node: Obj) -> bool:
         return True
     fields = {"metadata.name": node["metadata"]["name"]}
     return any(
-        all(_match_expression(e, labels) for e in term.get("matchExpressions") or [])
-        and all(_match_expression(e, fields) for e in term.get("matchFields") or [])
+        all(expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+        and all(expression_matches(e, fields) for e in term.get("matchFields") or [])
         for term in terms
     )
 
