@@ -70,6 +70,13 @@ def test_kubernetes_job_operator_runs_a_job_of_two_pods(
     ]
 
 
+def test_deferrable_kubernetes_job_operator(airflow_conns: None, fed: SimFederation) -> None:
+    dag_run = airflow_harness.run_dag(DAG_FILE, "sim_job_deferrable")
+    assert airflow_harness.task_states(dag_run) == {"train_deferred": "success"}
+    runs = [r for r in fed["east-cpu"].journal("default") if r["labels"].get("task_id") == "train_deferred"]
+    assert [r["outcome"] for r in runs] == ["succeeded"]
+
+
 def test_kpo_unschedulable_pod_hits_schedule_timeout(
     airflow_conns: None, fed: SimFederation, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,7 @@ container statuses by name), events, and what happens to the containers (``start
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -82,10 +83,15 @@ def load_stages(path: Path = STAGES_FILE) -> list[Stage]:
 
 
 # -- selectors -------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def _tokens(key: str) -> tuple[tuple[str, str], ...]:
+    return tuple(_TOKEN.findall(key))
+
+
 def values_at(obj: Any, key: str) -> list[Any]:
     """Every value at a path like ``.status.containerStatuses[*].state.waiting.reason``."""
     current = [obj]
-    for index, attr in _TOKEN.findall(key):
+    for index, attr in _tokens(key):
         step: list[Any] = []
         for item in current:
             if attr:

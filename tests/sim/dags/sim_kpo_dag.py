@@ -67,3 +67,19 @@ with DAG("sim_job_two_workers", start_date=datetime(2024, 1, 1), schedule=None, 
         namespace="default",
         kubernetes_conn_id="k8s_east_cpu",
     )
+
+with DAG("sim_job_deferrable", start_date=datetime(2024, 1, 1), schedule=None, catchup=False):
+    KubernetesJobOperator(
+        task_id="train_deferred",
+        name="sim-job-deferred",
+        namespace="default",
+        kubernetes_conn_id="k8s_east_cpu",
+        image="busybox:1.36",
+        annotations={"sim.fedsched.io/duration": "2"},
+        parallelism=1,
+        completions=1,
+        wait_until_job_complete=True,
+        deferrable=True,
+        job_poll_interval=0.2,
+        startup_check_interval_seconds=1,
+    )
