@@ -182,3 +182,16 @@ def test_delete_collection_by_label(small_fed: SimFederation, solo: client.CoreV
         solo.create_namespaced_pod("default", pod_body(name, labels=labels, schedulerName="manual"))
     solo.delete_collection_namespaced_pod("default", label_selector="sweep=yes")
     wait_for(lambda: {p["metadata"]["name"] for p in handle.pods("default")} == {"keep-c"})
+
+
+def test_watch_as_table_for_kubectl_get_watch(east: client.CoreV1Api) -> None:
+    name = unique("watchtable")
+    east.create_namespaced_pod("default", pod_body(name))
+    _, _, body = get(
+        east,
+        f"/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=1&fieldSelector=metadata.name={name}",
+        TABLE,
+    )
+    events = [json.loads(line) for line in body.decode().splitlines()]
+    assert events and all(e["object"]["kind"] == "Table" for e in events)
+    assert events[0]["object"]["rows"][0]["cells"][0] == name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from typing import Any
 
@@ -136,10 +137,11 @@ class Api:
         sub = rest[2] if len(rest) > 2 else None
         query, method = request.query, request.method
         if watching or (query.get("watch", "").lower() in ("true", "1") and method == "GET"):
-            if name:
-                # Legacy /watch/.../{name} means a watch filtered to that object.
-                return await watch(request, self.store, plural, namespace, f"metadata.name={name}")
-            return await watch(request, self.store, plural, namespace)
+            extra = f"metadata.name={name}" if name else None  # legacy /watch/.../{name}: that object only
+            transform = None
+            if tables.wants_table(request.headers.get("Accept", "")):
+                transform = functools.partial(tables.to_table, resource, query=query)
+            return await watch(request, self.store, plural, namespace, extra, transform)
         if name is None:
             if method == "GET":
                 return self._answer(request, resource, self.list(plural, namespace, query))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -14,9 +15,17 @@ from airflow_provider_fedsched.sim.util import ApiError, int_query
 
 
 async def watch(
-    request: web.Request, store: Store, plural: str, namespace: str, extra_field: str | None = None
+    request: web.Request,
+    store: Store,
+    plural: str,
+    namespace: str,
+    extra_field: str | None = None,
+    transform: Callable[[Obj], Obj] | None = None,
 ) -> web.StreamResponse:
-    """Stream watch events as JSON lines from the requested resourceVersion until timeout or a fault."""
+    """Stream watch events as JSON lines from the requested resourceVersion until timeout or a fault.
+
+    ``transform`` turns each object into what the client asked for (a Table for ``kubectl get -w``).
+    """
     query = request.query
     label = parse_label_selector(query.get("labelSelector"))
     fields = ",".join(f for f in (query.get("fieldSelector"), extra_field) if f)
@@ -58,7 +67,7 @@ async def watch(
             await _send(response, "ERROR", error.status())
             return response
         for etype, obj in initial:
-            await _send(response, etype, obj)
+            await _send(response, etype, transform(obj) if transform else obj)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -83,7 +92,8 @@ async def watch(
             assert isinstance(item, WatchEvent)
             converted = _convert(item, matches)
             if converted:
-                await _send(response, *converted)
+                etype, obj = converted
+                await _send(response, etype, transform(obj) if transform else obj)
         await response.write_eof()
         return response
     except ConnectionResetError:
