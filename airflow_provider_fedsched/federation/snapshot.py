@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from airflow_provider_fedsched.federation._loading import SpecError, join_path, load_document, spec_error
 from airflow_provider_fedsched.federation.resources import (
+    CPU,
+    GPU,
+    MEMORY,
     QuantityError,
     ResourceList,
     format_quantity,
@@ -33,6 +36,7 @@ __all__ = [
     "NodeSnapshot",
     "dump_snapshots",
     "load_snapshots",
+    "summarize",
 ]
 
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -304,3 +308,33 @@ def dump_snapshots(snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, Any]:
             }
         clusters.append(entry)
     return {"clusters": clusters}
+
+
+def _largest_free_node(snapshot: ClusterSnapshot) -> str:
+    best = max(
+        (node for node in snapshot.nodes if node.schedulable),
+        key=lambda node: (node.free.get(GPU, 0), node.free.get(CPU, 0), node.free.get(MEMORY, 0)),
+        default=None,
+    )
+    if best is None:
+        return "-"
+    free = best.free
+    parts = [f"{format_quantity(r, free[r])} {r}" for r in (CPU, MEMORY, GPU) if free.get(r)]
+    return f"{best.name} ({', '.join(parts) or 'nothing free'})"
+
+
+def summarize(snapshot: ClusterSnapshot, now: datetime) -> dict[str, Any]:
+    """One cluster's headline numbers (free/total over ready, schedulable nodes), in human quantities:
+    what ``fedsched snapshot`` and the Federation page show."""
+    index = snapshot.index
+    return {
+        "cluster": snapshot.cluster,
+        "reachable": snapshot.reachable,
+        "reason": snapshot.reason,
+        "age_seconds": round(snapshot.age_seconds(now), 3),
+        "nodes": len(snapshot.nodes),
+        "ready_nodes": sum(1 for node in snapshot.nodes if node.schedulable),
+        "free": {r: format_quantity(r, a) for r, a in sorted(index.total_free.items())},
+        "total": {r: format_quantity(r, a) for r, a in sorted(index.total_allocatable.items())},
+        "largest_free_node": _largest_free_node(snapshot),
+    }

@@ -45,6 +45,7 @@ from airflow_provider_fedsched.kube.failures import (
 from airflow_provider_fedsched.kube.snapshots import PLACEMENT_LABEL
 from airflow_provider_fedsched.operators.links import FederatedClusterLink
 from airflow_provider_fedsched.plans import forecast_idle, planned_decision
+from airflow_provider_fedsched.render import decision_table
 
 CLUSTER_LABEL = "fedsched.io/cluster"
 ATTEMPT_LABEL = "fedsched.io/cluster-attempt"
@@ -279,7 +280,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 raise self._give_up(context, f"gave up after {len(finished)} cluster attempt(s)")
             decision = self._decide(context)
             record.decisions.append(decision.to_dict())
-            self.log.info("Federation decision:\n%s", decision.render_table())
+            self.log.info("Federation decision:\n%s", decision_table(decision))
             if decision.outcome == "impossible":
                 raise self._give_up(context, f"no member cluster can ever run this task: {decision.reason}")
             if decision.outcome == "wait":

@@ -16,9 +16,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_fedsched.cli import EXIT_OK, UsageError
-from airflow_provider_fedsched.cli_place import load_federation, parse_duration
-from airflow_provider_fedsched.cli_snapshot import add_member_options
+from airflow_provider_fedsched.cli._common import (
+    EXIT_OK,
+    UsageError,
+    add_member_options,
+    load_federation,
+    parse_duration,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -44,7 +48,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_provider_fedsched.plans.planner import render_plan_table, run_planner
+    from airflow_provider_fedsched.plans.planner import run_planner
+    from airflow_provider_fedsched.render import plan_table
 
     horizon = timedelta(seconds=parse_duration(args.horizon, "--horizon"))
     valid_for = timedelta(seconds=parse_duration(args.valid_for, "--valid-for"))
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
     else:
-        print(render_plan_table(planned), end="")
+        print(plan_table(planned), end="")
         stored = sum(run.plan is not None for run in planned)
         print("dry run: nothing stored" if args.dry_run else f"stored {stored} plan(s)")
     return EXIT_OK
