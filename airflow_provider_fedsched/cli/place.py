@@ -35,23 +35,18 @@ from airflow_provider_fedsched.federation import (
 def parse_toleration(text: str) -> Toleration:
     """``key=value:Effect``, ``key:Effect`` (Exists), ``key=value`` / ``key`` (any effect), ``*`` (all)."""
     spec, _, effect = text.rpartition(":") if ":" in text else (text, "", "")
-    effect_value = effect or None
-    try:
-        if spec == "*":
-            return Toleration(operator="Exists", effect=effect_value)
+    fields: dict[str, str] = {"operator": "Exists"}
+    if spec != "*":
         key, has_value, value = spec.partition("=")
-        return Toleration(
-            key=key,
-            operator="Equal" if has_value else "Exists",
-            value=value,
-            effect=effect_value,
-        )
-    except ValueError as exc:
-        detail = str(exc).splitlines()
-        message = detail[-1].strip() if detail else str(exc)
+        fields = {"key": key, "operator": "Equal" if has_value else "Exists", "value": value}
+    if effect:
+        fields["effect"] = effect
+    try:
+        return Toleration.from_k8s(fields, field="")
+    except SpecError as exc:
         raise UsageError(
             f"--toleration: '{text}' is not a valid toleration (key=value:Effect with Effect in NoSchedule, "
-            f"PreferNoSchedule, NoExecute): {message}"
+            f"PreferNoSchedule, NoExecute): {exc}"
         ) from None
 
 

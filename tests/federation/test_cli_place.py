@@ -95,6 +95,11 @@ def test_now_defaults_to_the_newest_observation_and_can_make_snapshots_stale(
         (["--memory", "8GB"], "request.resources.memory:"),
         (["--resource", "example.com/fpga"], "--resource: 'example.com/fpga' is not of the form key=value"),
         (["--toleration", "k=v:Sometimes"], "--toleration: 'k=v:Sometimes' is not a valid toleration"),
+        (
+            ["--toleration", "=v:NoSchedule"],
+            "valid toleration (key=value:Effect with Effect in NoSchedule, "
+            "PreferNoSchedule, NoExecute): operator: an empty key requires operator 'Exists'",
+        ),
         (["--duration", "forever"], "--duration: 'forever' is not a duration"),
         (["--now", "tomorrow"], "--now: 'tomorrow' is not an ISO 8601 timestamp"),
         (["--cooldown", "mars"], "--cooldown: unknown cluster 'mars'"),
