@@ -44,13 +44,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--fallbacks", type=int, default=2, help="fallback clusters per plan (default 2)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan table, store nothing")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Airflow's log while it reads the DAGs (on stderr)"
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_provider_fedsched.plans.planner import run_planner
-    from airflow_provider_fedsched.render import plan_table
-
     horizon = timedelta(seconds=parse_duration(args.horizon, "--horizon"))
     valid_for = timedelta(seconds=parse_duration(args.valid_for, "--valid-for"))
     if args.runs < 1:
@@ -63,6 +63,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file")
     if args.kubeconfig is not None and args.federation is None:
         raise UsageError("--kubeconfig: needs --federation (the spec whose clusters it names)")
+    if not args.verbose:
+        # Airflow logs every DAG file it parses; the command reports what was not planned itself. Set
+        # before Airflow is first imported (it reads its configuration once); an explicit level wins.
+        os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "CRITICAL")
+    from airflow_provider_fedsched.plans.planner import run_planner
+    from airflow_provider_fedsched.render import plan_table
+
     # Airflow logs to stdout while it parses DAGs; keep stdout for the table or the JSON document.
     with contextlib.redirect_stdout(sys.stderr):
         planned, errors = run_planner(
