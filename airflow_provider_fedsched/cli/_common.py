@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
@@ -25,6 +25,7 @@ __all__ = [
     "EXIT_OK",
     "UsageError",
     "add_member_options",
+    "add_verb",
     "check_clusters",
     "key_value",
     "live_snapshots",
@@ -109,6 +110,15 @@ def check_clusters(spec: FederationSpec, names: Iterable[str], option: str) -> N
         spec.check_clusters(names, option, indexed=False)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
+
+
+def add_verb(subparsers: Any, name: str, summary: str, doc: str | None) -> argparse.ArgumentParser:
+    """The verb's parser: ``summary`` in ``fedsched --help``, the first line of its module's ``doc`` in
+    ``fedsched <verb> --help``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=summary, description=doc.splitlines()[0] if doc else None
+    )
+    return parser
 
 
 def add_member_options(parser: argparse.ArgumentParser) -> None:

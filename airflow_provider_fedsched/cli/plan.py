@@ -20,16 +20,15 @@ from airflow_provider_fedsched.cli._common import (
     EXIT_OK,
     UsageError,
     add_member_options,
+    add_verb,
     load_federation,
     parse_duration,
 )
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "plan",
-        help="precompute placements for the upcoming runs of scheduled federated DAGs",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+    parser = add_verb(
+        subparsers, "plan", "precompute placements for the upcoming runs of scheduled federated DAGs", __doc__
     )
     parser.add_argument("--dags-folder", help="DAGs folder to read (default: Airflow's [core] dags_folder)")
     parser.add_argument(

@@ -13,23 +13,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_fedsched.cli._common import (
-    EXIT_OK,
-    UsageError,
-    add_member_options,
-    live_snapshots,
-    load_federation,
-)
+from airflow_provider_fedsched.cli import _common as common
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "snapshot",
-        help="read every member cluster now and print its free capacity",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+    parser = common.add_verb(
+        subparsers, "snapshot", "read every member cluster now and print its free capacity", __doc__
     )
     parser.add_argument("--federation", required=True, help="federation spec (YAML)")
-    add_member_options(parser)
+    common.add_member_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", help="write the snapshot file (YAML) that `fedsched place` reads")
     parser.set_defaults(handler=run)
@@ -38,7 +30,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from airflow_provider_fedsched.federation.snapshot import dump_snapshots, summarize
 
-    snapshots = live_snapshots(load_federation(args.federation), args.kubeconfig, args.timeout)
+    snapshots = common.live_snapshots(common.load_federation(args.federation), args.kubeconfig, args.timeout)
     now = datetime.now(UTC)
     rows = [summarize(snapshots[name], now) for name in sorted(snapshots)]
     if args.out:
@@ -47,11 +39,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             Path(args.out).write_text(yaml.safe_dump(dump_snapshots(snapshots), sort_keys=False))
         except OSError as exc:
-            raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
+            raise common.UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps({"clusters": rows}, indent=2))
     else:
         from airflow_provider_fedsched.render import snapshot_table
 
         print(snapshot_table(rows))
-    return EXIT_OK
+    return common.EXIT_OK

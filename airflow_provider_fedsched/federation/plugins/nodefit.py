@@ -201,13 +201,17 @@ def _format_resources(resources: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{name} {format_quantity(name, amount)}" for name, amount in resources if amount)
 
 
-class Capacity(FilterPlugin):
-    """Could any node, even empty, ever hold the pod? If not, waiting will not help."""
-
-    name: ClassVar[str] = "Capacity"
+class _NodeFitPoint(FilterPlugin):
+    """Both points share the plugin's data (one walk per cluster), whichever runs first prepares it."""
 
     def prepare(self, state: CycleState) -> None:
         _prepare(state)
+
+
+class Capacity(_NodeFitPoint):
+    """Could any node, even empty, ever hold the pod? If not, waiting will not help."""
+
+    name: ClassVar[str] = "Capacity"
 
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         index = cluster.index
@@ -219,13 +223,10 @@ class Capacity(FilterPlugin):
         return unresolvable("no node could ever fit, even empty: " + _explain(data, index, None, False))
 
 
-class NodeFit(FilterPlugin):
+class NodeFit(_NodeFitPoint):
     """At least one ready, schedulable node matches the selector, tolerates-wise, and has room now."""
 
     name: ClassVar[str] = "NodeFit"
-
-    def prepare(self, state: CycleState) -> None:
-        _prepare(state)
 
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         index = cluster.index

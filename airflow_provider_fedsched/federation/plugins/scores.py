@@ -74,14 +74,8 @@ class Cost(ScorePlugin):
         return [100.0 * (1.0 - (value - low) / high) for value in raw]
 
 
-@dataclass(frozen=True, slots=True)
-class _Reads:
-    total_gb: float
-    local_gb: dict[str, float]
-    """Cluster -> GB of the task's datasets stored there."""
-
-
-_READS = DataKey[_Reads]("Locality")
+_SHARES = DataKey[dict[str, float] | None]("Locality")
+"""Cluster -> percentage of the bytes the task reads stored there; None when it reads nothing."""
 
 
 class Locality(ScorePlugin):
@@ -90,16 +84,18 @@ class Locality(ScorePlugin):
     name: ClassVar[str] = "Locality"
 
     def prepare(self, state: CycleState) -> None:
+        total = sum(dataset.size_gb for dataset in state.datasets)
+        if total <= 0:
+            _SHARES.put(state, None)
+            return
         local: dict[str, float] = {}
         for dataset in state.datasets:
             local[dataset.cluster] = local.get(dataset.cluster, 0.0) + dataset.size_gb
-        _READS.put(state, _Reads(sum(dataset.size_gb for dataset in state.datasets), local))
+        _SHARES.put(state, {cluster: 100.0 * gb / total for cluster, gb in local.items()})
 
     def score(self, state: CycleState, cluster: ClusterView) -> float:
-        reads = _READS.get(state)
-        if reads.total_gb <= 0:
-            return 100.0
-        return 100.0 * reads.local_gb.get(cluster.spec.name, 0.0) / reads.total_gb
+        shares = _SHARES.get(state)
+        return 100.0 if shares is None else shares.get(cluster.spec.name, 0.0)
 
     def normalize(self, raw: Sequence[float]) -> list[float]:
         return _absolute(raw)
