@@ -64,10 +64,6 @@ class Status(NamedTuple):
     reason: str = ""
     """Why the cluster was rejected; every rejection has one."""
 
-    @property
-    def success(self) -> bool:
-        return self.code is Code.SUCCESS
-
 
 SUCCESS = Status(Code.SUCCESS)
 
