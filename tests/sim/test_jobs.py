@@ -180,3 +180,21 @@ def test_job_validation_and_listing(small_fed: SimFederation, batch: client.Batc
             name, "default", {"spec": {"template": {"metadata": {"labels": {"x": "y"}}}}}
         )
     assert immutable.value.status == 422 and "immutable" in json.loads(immutable.value.body)["message"]
+
+
+def test_quota_refusals_are_retried(small_fed: SimFederation, batch: client.BatchV1Api) -> None:
+    handle = small_fed["solo"]
+    handle.set_quota("default", {"pods": "1"})
+    name = unique("jobquota")
+    batch.create_namespaced_job("default", job_body(name, completions=2, parallelism=2))
+    done = wait_for(lambda: condition(j := batch.read_namespaced_job(name, "default"), "Complete") and j, 15)
+    assert done.status.succeeded == 2
+    failed_creates = [e for e in handle.events("default", name) if e["reason"] == "FailedCreate"]
+    assert failed_creates and "exceeded quota: compute" in failed_creates[0]["message"]
+    runs = sorted(
+        (r for r in handle.journal("default") if r["labels"].get("job-name") == name),
+        key=lambda r: r["started_at"],
+    )
+    assert (
+        len(runs) == 2 and runs[0]["ended_at"] <= runs[1]["started_at"]
+    )  # never two at once under the quota

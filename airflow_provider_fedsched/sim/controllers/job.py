@@ -273,11 +273,10 @@ class JobController:
                     else:
                         replacing = spec.get("podReplacementPolicy") == "Failed"
                         count = len(active) + (len(terminating) if replacing else 0)
-                        filled = self._fill(
+                        if not self._fill(
                             job, active, count, completions, parallelism, succeeded, completed, indexed
-                        )
-                        if filled is False:
-                            self._later(uid, self.clock.real(1.0), "retry")
+                        ):
+                            self._later(uid, self.clock.real(1.0), "retry")  # a creation was refused
                     deadline = spec.get("activeDeadlineSeconds")
                     if deadline:
                         left = self._start(uid, status) + self.clock.real(int(deadline)) - self.clock.now()
@@ -352,8 +351,8 @@ class JobController:
         succeeded: int,
         completed: set[int],
         indexed: bool,
-    ) -> int | bool:
-        """Create the pods that are missing; the count, or False when a creation was refused."""
+    ) -> bool:
+        """Create the pods that are missing; False when the apiserver refused one (try again later)."""
         if indexed and completions is not None:
             running = {
                 int((p["metadata"].get("labels") or {}).get(INDEX, "-1"))
@@ -362,20 +361,12 @@ class JobController:
             }
             missing = [i for i in range(int(completions)) if i not in completed and i not in running]
             wanted = missing[: max(0, parallelism - active_count)]
-            for count, index in enumerate(wanted):
-                if not self._create_pod(job, index):
-                    return False if count == 0 else count
-            return len(wanted)
+            return all(self._create_pod(job, index) for index in wanted)
         if completions is not None:
             want = min(parallelism, int(completions) - succeeded)
         else:
             want = parallelism if succeeded == 0 else 0
-        created = 0
-        for _ in range(max(0, want - active_count)):
-            if not self._create_pod(job, None):
-                return False if created == 0 else created
-            created += 1
-        return created
+        return all(self._create_pod(job, None) for _ in range(max(0, want - active_count)))
 
     # -- TTL after finished ----------------------------------------------------------------------------
     def _schedule_ttl(self, job: Obj) -> None:
