@@ -13,8 +13,10 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.installed
 
+# Bytecode compiled at install: without it every Airflow process compiles thousands of modules (seconds
+# each) wherever bytecode cannot be written (PYTHONDONTWRITEBYTECODE, read-only installs).
 $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen
+	$(UV) sync --frozen --compile-bytecode
 	touch $@
 
 lint: install
@@ -40,6 +42,7 @@ bench: install
 	$(PY) benchmarks/bench_operator.py
 	$(PY) benchmarks/bench_plans.py
 	$(PY) benchmarks/bench_history_api.py
+	$(PY) benchmarks/bench_cli.py
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from airflow_provider_fedsched.federation.decision import Candidate, Decision, Outcome, Rejection, ScoreTerm
-from airflow_provider_fedsched.federation.framework import ClusterView, Code, CycleState, Explains
+from airflow_provider_fedsched.federation.framework import SUCCESS, ClusterView, Code, CycleState
 from airflow_provider_fedsched.federation.plugins import Profile, profile
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import ResourceList
@@ -59,6 +59,8 @@ class FederationEngine:
     def __init__(self, spec: FederationSpec) -> None:
         self.spec = spec
         self.fingerprint = spec_fingerprint(spec)
+        self._profile = profile(spec.policy.filters, spec.policy.scores)
+        """The spec's own policy's plugins (most decisions use it)."""
 
     def decide(
         self,
@@ -115,13 +117,12 @@ class FederationEngine:
             datasets=datasets,
             request_items=tuple(sorted(request.resources.items())),
         )
-        plugins = profile(policy.filters, policy.scores)
+        plugins = self._profile if policy is self.spec.policy else profile(policy.filters, policy.scores)
         for plugin in plugins.preparers:
             plugin.prepare(state)
         reservations = reservations or {}
         filters = plugins.filters
-        success = Code.SUCCESS
-        never = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+        passed, success, never = SUCCESS, Code.SUCCESS, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 
         survivors: list[ClusterView] = []
         rejected: list[Rejection] = []
@@ -139,7 +140,7 @@ class FederationEngine:
             )
             for plugin in filters:
                 status = plugin.filter(state, view)
-                if status.code is not success:
+                if status is not passed and status.code is not success:
                     reason = status.reason or f"rejected by {plugin.name} (no reason given)"
                     rejected.append(Rejection(cluster.name, plugin.name, reason, status.code is never))
                     break
@@ -221,11 +222,10 @@ class FederationEngine:
             f"{count} {plugin}" for plugin, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         )
         detail = None
-        if len(counts) == 1:
+        explain_all = plugins.explainers.get(rejected[0].plugin) if len(counts) == 1 else None
+        if explain_all is not None:
             # One rule rejected every cluster: it may say why better than any one example.
-            only = next(p for p in plugins.filters if p.name == rejected[0].plugin)
-            if isinstance(only, Explains):
-                detail = only.explain_all(state)
+            detail = explain_all(state)
         if detail is None:
             # The most telling example: a "not now" reason for wait, a "never" reason for impossible.
             pick = next((r for r in rejected if r.permanent == (outcome == "impossible")), rejected[0])

@@ -265,6 +265,8 @@ class FederationSpec(_Model):
         Raises :class:`SpecError` naming the field (under ``where``, e.g. ``request.datasets[0]``) and
         what is known; returns the datasets, resolved. The engine, the operator and the CLI call this.
         """
+        if clusters is None and not datasets and prefer_region is None and prefer_group is None:
+            return []  # most requests name nothing: one check per decision, so the common case is cheap
         names = self._names
         prefix = f"{where}." if where else ""
         if clusters is not None:
@@ -276,9 +278,9 @@ class FederationSpec(_Model):
                 _check_known([name], names.datasets, f"{prefix}datasets[{position}]", "dataset", False)
             else:
                 resolved.append(dataset)
-        if prefer_region is not None:
+        if prefer_region is not None and prefer_region not in names.regions:
             _check_known([prefer_region], names.regions, f"{prefix}prefer_region", "region", False)
-        if prefer_group is not None:
+        if prefer_group is not None and prefer_group not in names.groups:
             _check_known([prefer_group], names.groups, f"{prefix}prefer_group", "group", False)
         return resolved
 

@@ -7,12 +7,18 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import cast
 
-from airflow_provider_fedsched.federation.framework import FilterPlugin, Plugin, ScorePlugin
+from airflow_provider_fedsched.federation.framework import (
+    CycleState,
+    Explains,
+    FilterPlugin,
+    Plugin,
+    ScorePlugin,
+)
 from airflow_provider_fedsched.federation.registry import PLUGINS, Registered, weight_key
 
 __all__ = ["Profile", "load", "profile"]
@@ -40,6 +46,8 @@ class Profile:
     """Between equal scores, the lower raw value of this plugin wins (the registry's tie-breaker)."""
     preparers: tuple[Plugin, ...]
     """The plugins with data to prepare among the enabled ones and the tie-breaker."""
+    explainers: Mapping[str, Callable[[CycleState], str | None]]
+    """Filter name -> its ``explain_all``, for the filters that have one."""
 
 
 @cache
@@ -56,9 +64,16 @@ def _profile(filters: frozenset[str], scores: frozenset[str]) -> Profile:
     needed: list[Plugin] = [*enabled_filters, *(plugin for plugin, _ in enabled_scores)]
     if tie_break is not None and tie_break not in needed:
         needed.append(tie_break)
-    # Only plugins that have data to prepare: a decision at 10 clusters takes about 100 us.
-    preparers = tuple(plugin for plugin in needed if type(plugin).prepare is not Plugin.prepare)
-    return Profile(enabled_filters, enabled_scores, tie_break, preparers)
+    # Only plugins with data to prepare, each way of preparing once (the node-fit points share theirs):
+    # a decision at 10 clusters takes a few hundred microseconds, and this runs for every one.
+    preparers: list[Plugin] = []
+    seen = {Plugin.prepare}
+    for plugin in needed:
+        if type(plugin).prepare not in seen:
+            seen.add(type(plugin).prepare)
+            preparers.append(plugin)
+    explainers = {p.name: p.explain_all for p in enabled_filters if isinstance(p, Explains)}
+    return Profile(enabled_filters, enabled_scores, tie_break, tuple(preparers), explainers)
 
 
 def profile(filters: Sequence[str], scores: Sequence[str]) -> Profile:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar
 
 from airflow_provider_fedsched.federation.framework import (
     SUCCESS,
@@ -36,14 +36,13 @@ if TYPE_CHECKING:
 __all__ = ["Capacity", "NodeFit"]
 
 
-class _Walk(NamedTuple):
-    ever: bool
-    """Some node, even empty, could hold the pod."""
-    now: bool
-    """Some ready, schedulable node has room for it now."""
-    adjusted: dict[str, ResourceList] | None
-    """Node -> free after charging the in-flight reservation, when there is one."""
-    reservation: ResourceList
+# What one walk of a cluster's index found.
+_NEVER = 0
+"""No node, even empty, could hold the pod."""
+_LATER = 1
+"""Some node could, but no ready, schedulable node has room now."""
+_NOW = 2
+"""Some ready, schedulable node has room now."""
 
 
 @dataclass(slots=True)
@@ -52,7 +51,8 @@ class _NodeFitData:
     selector: Mapping[str, str]
     tolerations: tuple[Toleration, ...]
     tolerated_taints: dict[tuple[Taint, ...], bool] = field(default_factory=dict)
-    walks: dict[str, _Walk] = field(default_factory=dict)
+    walks: dict[str, int] = field(default_factory=dict)
+    """Cluster -> what the one walk of its index found, for the point that asks second."""
 
     def tolerated(self, taints: tuple[Taint, ...]) -> bool:
         if not taints:
@@ -62,14 +62,15 @@ class _NodeFitData:
             known = self.tolerated_taints[taints] = tolerates_all(self.tolerations, taints)
         return known
 
+    def walk(self, cluster: ClusterView, index: ClusterIndex) -> int:
+        name = cluster.spec.name
+        found = self.walks.get(name)
+        if found is None:
+            found = self.walks[name] = _walk(self, cluster, index)
+        return found
+
 
 _DATA = DataKey[_NodeFitData]("NodeFit")
-
-
-def _prepare(state: CycleState) -> None:
-    if not _DATA.present(state):
-        request = state.request
-        _DATA.put(state, _NodeFitData(state.request_items, request.node_selector, tuple(request.tolerations)))
 
 
 def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -105,10 +106,15 @@ def _charge_reservation(index: ClusterIndex, reservation: ResourceList) -> dict[
     return adjusted
 
 
-def _walk(data: _NodeFitData, cluster: ClusterView, index: ClusterIndex) -> _Walk:
-    reservation = {name: amount for name, amount in cluster.reservation.items() if amount > 0}
-    adjusted = _charge_reservation(index, reservation) if reservation else None
+def _in_flight(cluster: ClusterView) -> ResourceList:
+    return {name: amount for name, amount in cluster.reservation.items() if amount > 0}
+
+
+def _walk(data: _NodeFitData, cluster: ClusterView, index: ClusterIndex) -> int:
+    """One pass over the index answering both questions; stops at the first node with room now."""
     items, selector = data.items, data.selector
+    adjusted: dict[str, ResourceList] | None = None
+    charged = False
     ever = False
     for group in index.groups:
         if not data.tolerated(group.taints) or not _fits(items, group.max_allocatable):
@@ -116,28 +122,23 @@ def _walk(data: _NodeFitData, cluster: ClusterView, index: ClusterIndex) -> _Wal
         may_fit_now = _fits(items, group.max_free)
         if ever and not may_fit_now:
             continue
+        if may_fit_now and not charged:
+            # In-flight reservations only matter where something may fit now: charge them once, here.
+            charged = True
+            reservation = _in_flight(cluster) if cluster.reservation else None
+            adjusted = _charge_reservation(index, reservation) if reservation else None
         for node in group.nodes:
             if selector and not _selector_matches(selector, node.labels):
                 continue
             if may_fit_now and node.schedulable:
                 free = adjusted.get(node.name, node.free) if adjusted else node.free
                 if _fits(items, free):
-                    return _Walk(True, True, adjusted, reservation)
+                    return _NOW
             elif ever:
                 break  # schedulable nodes come first: nothing left in this group fits now
             if not ever and _fits(items, node.allocatable):
                 ever = True
-    return _Walk(ever, False, adjusted, reservation)
-
-
-def _walked(state: CycleState, cluster: ClusterView, index: ClusterIndex) -> tuple[_NodeFitData, _Walk]:
-    _prepare(state)
-    data = _DATA.get(state)
-    name = cluster.spec.name
-    found = data.walks.get(name)
-    if found is None:
-        found = data.walks[name] = _walk(data, cluster, index)
-    return data, found
+    return _LATER if ever else _NEVER
 
 
 def _explain(
@@ -202,10 +203,14 @@ def _format_resources(resources: Iterable[tuple[str, int]]) -> str:
 
 
 class _NodeFitPoint(FilterPlugin):
-    """Both points share the plugin's data (one walk per cluster), whichever runs first prepares it."""
+    """Both points share the plugin's data (one walk per cluster); whichever is prepared first makes it."""
 
     def prepare(self, state: CycleState) -> None:
-        _prepare(state)
+        if not _DATA.present(state):
+            request = state.request
+            _DATA.put(
+                state, _NodeFitData(state.request_items, request.node_selector, tuple(request.tolerations))
+            )
 
 
 class Capacity(_NodeFitPoint):
@@ -217,8 +222,8 @@ class Capacity(_NodeFitPoint):
         index = cluster.index
         if index is None or not index.node_count:
             return SUCCESS  # nothing known about the nodes: not a reason to give up
-        data, walk = _walked(state, cluster, index)
-        if walk.ever:
+        data: _NodeFitData = state.data[_DATA.name]  # per cluster: indexing, not a call
+        if data.walk(cluster, index) != _NEVER:
             return SUCCESS
         return unresolvable("no node could ever fit, even empty: " + _explain(data, index, None, False))
 
@@ -232,12 +237,12 @@ class NodeFit(_NodeFitPoint):
         index = cluster.index
         if index is None:
             return unschedulable("no snapshot of this cluster")
-        data, walk = _walked(state, cluster, index)
-        if walk.now:
+        data: _NodeFitData = state.data[_DATA.name]  # per cluster: indexing, not a call
+        if data.walk(cluster, index) == _NOW:
             return SUCCESS
-        reason = _explain(data, index, walk.adjusted, check_status=True)
-        if walk.reservation:
-            reason += (
-                f" (counting in-flight reservations: {_format_resources(sorted(walk.reservation.items()))})"
-            )
+        reservation = _in_flight(cluster)
+        adjusted = _charge_reservation(index, reservation) if reservation else None
+        reason = _explain(data, index, adjusted, check_status=True)
+        if reservation:
+            reason += f" (counting in-flight reservations: {_format_resources(sorted(reservation.items()))})"
         return unschedulable(reason)

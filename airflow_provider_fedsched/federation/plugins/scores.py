@@ -4,8 +4,7 @@ values to 0..100 (higher is better); the engine multiplies by the policy's weigh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from airflow_provider_fedsched.federation.framework import ClusterView, CycleState, DataKey, ScorePlugin
 from airflow_provider_fedsched.federation.resources import CPU, GPU, MEMORY
@@ -20,8 +19,7 @@ def _absolute(raw: Sequence[float]) -> list[float]:
     return [min(100.0, max(0.0, value)) for value in raw]
 
 
-@dataclass(frozen=True, slots=True)
-class _Egress:
+class _Egress(NamedTuple):
     total: float
     """Egress cost if no dataset were local to the candidate."""
     saved: dict[str, float]
@@ -42,9 +40,8 @@ class Cost(ScorePlugin):
     def prepare(self, state: CycleState) -> None:
         saved: dict[str, float] = {}
         total = 0.0
-        clusters = {cluster.name: cluster for cluster in state.spec.clusters}
         for dataset in state.datasets:
-            cost = dataset.size_gb * clusters[dataset.cluster].prices.egress_gb
+            cost = dataset.size_gb * state.spec.cluster(dataset.cluster).prices.egress_gb
             total += cost
             saved[dataset.cluster] = saved.get(dataset.cluster, 0.0) + cost
         _EGRESS.put(state, _Egress(total, saved))
@@ -62,7 +59,7 @@ class Cost(ScorePlugin):
                 per_hour += amount * prices.gpu_hour
             else:
                 per_hour += amount * prices.extended.get(name, 0.0)
-        egress = _EGRESS.get(state)
+        egress: _Egress = state.data[_EGRESS.name]  # per candidate: indexing, not a call
         return per_hour * hours + max(0.0, egress.total - egress.saved.get(cluster.spec.name, 0.0))
 
     def normalize(self, raw: Sequence[float]) -> list[float]:
@@ -94,7 +91,7 @@ class Locality(ScorePlugin):
         _SHARES.put(state, {cluster: 100.0 * gb / total for cluster, gb in local.items()})
 
     def score(self, state: CycleState, cluster: ClusterView) -> float:
-        shares = _SHARES.get(state)
+        shares: dict[str, float] | None = state.data[_SHARES.name]  # per candidate: indexing
         return 100.0 if shares is None else shares.get(cluster.spec.name, 0.0)
 
     def normalize(self, raw: Sequence[float]) -> list[float]:
