@@ -144,6 +144,7 @@ class TestbedCluster:
                 f"--audit-policy-file={audit_policy}",
                 f"--audit-log-path={self.root / 'logs' / 'audit.log'}",
                 "--audit-log-maxsize=200",
+                "--endpoint-reconciler-type=none",  # a loopback address is no valid endpoint
                 "--profiling=false",
                 "--v=1",
             ],
@@ -176,7 +177,7 @@ class TestbedCluster:
                 "--leader-elect=false",
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={ca.cert_path}",
-                "--use-service-account-credentials=false",
+                "--use-service-account-credentials=true",  # one RBAC identity per controller, as kubeadm
                 "--controllers=*,-bootstrap-signer-controller,-token-cleaner-controller",
                 "--node-monitor-period=1s",
                 f"--node-monitor-grace-period={NODE_GRACE_SECONDS}s",
@@ -244,6 +245,18 @@ class TestbedCluster:
         self.processes[name] = proc = Process(name, argv, self.root / "logs" / f"{name}.log")
         return proc
 
+    def stop_apiserver(self) -> None:
+        """The cluster stops answering: its API server process ends (connections are refused)."""
+        self.processes["kube-apiserver"].stop()
+
+    def start_apiserver(self) -> None:
+        """The same API server again, on the same port, over the same etcd; back once /readyz is ok."""
+        proc = self.processes["kube-apiserver"]
+        if not proc.alive():
+            self._spawn(proc.name, proc.argv)
+        api = self.admin()
+        wait_until(lambda: self._readyz(api), f"{self.name} kube-apiserver /readyz", 120, self._procs())
+
     def _procs(self) -> list[Process]:
         return list(self.processes.values())
 
@@ -266,7 +279,7 @@ class TestbedCluster:
     @staticmethod
     def _readyz(api: client.ApiClient) -> bool:
         response = api.call_api("/readyz", "GET", auth_settings=["BearerToken"], _preload_content=False)
-        return bool(response[0].status == 200)
+        return bool(response.status == 200)
 
     def _nodes_ready(self, core: client.CoreV1Api) -> bool:
         nodes = core.list_node().items

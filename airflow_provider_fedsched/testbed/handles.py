@@ -1,7 +1,7 @@
 """Handles on test-bed clusters with the simulator handles' calls, answered by the real control plane.
 
-Faults are real events: ``down`` stops the API server process (SIGSTOP), ``node_not_ready`` takes the
-node away from kwok so its lease expires, ``evict_pod`` has kwok play a node-pressure eviction, and
+Faults are real events: ``down`` ends the API server process (``up`` starts it again),
+``node_not_ready`` takes the node away from kwok so its lease expires, ``evict_pod`` has kwok play a node-pressure eviction, and
 ``scheduler.pause`` stops kube-scheduler. Request counts come from the API server's audit log.
 """
 
@@ -41,17 +41,36 @@ class TestbedFaults:
         self._cluster = handle.cluster
 
     def down(self) -> None:
-        self._cluster.processes["kube-apiserver"].pause()
+        self._cluster.stop_apiserver()
 
     def up(self) -> None:
-        self._cluster.processes["kube-apiserver"].resume()
+        self._cluster.start_apiserver()
 
-    def node_not_ready(self, node: str) -> None:
-        """kwok stops playing this node's kubelet: no lease renewals, no pod updates."""
+    def node_not_ready(self, node: str, timeout: float = 60.0) -> None:
+        """kwok stops playing this node's kubelet (no lease renewals, no pod updates); returns once the
+        node lifecycle controller has marked it unknown and tainted it, as the simulator's fault does at once.
+        """
         self._handle.core.patch_node(node, {"metadata": {"labels": {MANAGED_LABEL: "false"}}})
 
-    def node_ready(self, node: str) -> None:
+        def tainted() -> bool:
+            found = self._handle.node(node) or {}
+            ready = [c for c in found.get("status", {}).get("conditions") or [] if c["type"] == "Ready"]
+            taints = {(t["key"], t["effect"]) for t in found.get("spec", {}).get("taints") or []}
+            return bool(ready and ready[0]["status"] == "Unknown") and (
+                ("node.kubernetes.io/unreachable", "NoExecute") in taints
+            )
+
+        wait_for(tainted, timeout, interval=0.2, message=f"node {node} not ready and tainted")
+
+    def node_ready(self, node: str, timeout: float = 60.0) -> None:
         self._handle.core.patch_node(node, {"metadata": {"labels": {MANAGED_LABEL: "true"}}})
+
+        def ready() -> bool:
+            found = self._handle.node(node) or {}
+            conditions = found.get("status", {}).get("conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        wait_for(ready, timeout, interval=0.2, message=f"node {node} ready")
 
     def evict_pod(self, namespace: str, name: str, resource: str = "memory") -> None:
         self._handle.core.patch_namespaced_pod(

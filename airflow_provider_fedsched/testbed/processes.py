@@ -9,11 +9,15 @@ import signal
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 
 _PR_SET_PDEATHSIG = 1
+# The death signal follows the thread that forked the child, not the process: every child is started
+# from this one long-lived thread, so it ends with the process and not with a short-lived caller thread.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="testbed-spawner")
 
 
 def _die_with_parent() -> None:
@@ -35,14 +39,15 @@ class Process:
     def __init__(self, name: str, argv: list[str], log: Path) -> None:
         self.name, self.argv, self.log = name, argv, log
         self._out = log.open("ab")
-        self.popen = subprocess.Popen(
+        self.popen = _SPAWNER.submit(
+            subprocess.Popen,
             argv,
             stdin=subprocess.DEVNULL,
             stdout=self._out,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
             close_fds=True,
-        )
+        ).result()
 
     @property
     def pid(self) -> int:

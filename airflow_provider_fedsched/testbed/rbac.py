@@ -37,17 +37,22 @@ def apply_namespaced(api: client.ApiClient, namespace: str, docs: list[dict[str,
     _apply(api, docs if docs is not None else manifest(NAMESPACED_MANIFEST), namespace)
 
 
-def provider_token(api: client.ApiClient, wait: Callable[[str, Callable[[], bool]], None]) -> str:
-    """The provider service account's long-lived token, once the token controller has filled it in."""
+def provider_token(
+    api: client.ApiClient,
+    wait: Callable[[str, Callable[[], bool]], None],
+    secret: tuple[str, str] = TOKEN_SECRET,
+) -> str:
+    """A service-account token Secret's token (the provider's by default), once the token controller
+    has filled it in."""
     core = client.CoreV1Api(api)
     found: list[str] = []
 
     def filled() -> bool:
-        secret = core.read_namespaced_secret(TOKEN_SECRET[1], TOKEN_SECRET[0])
-        token = (secret.data or {}).get("token")
+        found_secret = core.read_namespaced_secret(secret[1], secret[0])
+        token = (found_secret.data or {}).get("token")
         if token:
             found.append(base64.b64decode(token).decode())
         return bool(token)
 
-    wait(f"token of {TOKEN_SECRET[0]}/{TOKEN_SECRET[1]}", filled)
+    wait(f"token of {secret[0]}/{secret[1]}", filled)
     return found[-1]

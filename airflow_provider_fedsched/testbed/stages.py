@@ -21,12 +21,18 @@ MANAGED_LABEL = "fedsched.io/kwok-managed"
 SIDECAR = "airflow-xcom-sidecar"
 
 
+Match = tuple[str, str, list[str]]  # a jq key, an operator (In, NotIn, Exists, DoesNotExist), values
+
+
 def _stage(
-    name: str, kind: str, cel: list[str], steps: list[dict[str, Any]], delay: Any = None
+    name: str, kind: str, match: list[Match], steps: list[dict[str, Any]], delay: Any = None
 ) -> dict[str, Any]:
+    expressions = [
+        {"key": key, "operator": op, **({"values": values} if values else {})} for key, op, values in match
+    ]
     spec: dict[str, Any] = {
         "resourceRef": {"apiGroup": "v1", "kind": kind},
-        "selector": {"matchExpressions": [{"cel": {"expression": e}} for e in cel]},
+        "selector": {"matchExpressions": expressions},
         "steps": steps,
     }
     if delay is not None:
@@ -234,42 +240,41 @@ conditions:
 {{ end }}
 """
 
-_ALIVE = "!has(self.metadata.deletionTimestamp)"
+_ALIVE: Match = (".metadata.deletionTimestamp", "DoesNotExist", [])
+_NODE_READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
 
 
-def _annotated(key: str, value: str | None = None) -> str:
-    present = f"has(self.metadata.annotations) && '{key}' in self.metadata.annotations"
-    return present if value is None else f"{present} && self.metadata.annotations['{key}'] == '{value}'"
+def _phase(*phases: str) -> Match:
+    return (".status.phase", "In", list(phases))
 
 
-def _container_running(sidecar: bool) -> str:
-    op = "==" if sidecar else "!="
+def _annotation(key: str, op: str = "Exists", *values: str) -> Match:
+    return (f'.metadata.annotations["{key}"]', op, list(values))
+
+
+def _running(sidecar: bool, op: str = "Exists") -> Match:
+    which = "==" if sidecar else "!="
     return (
-        "has(self.status.containerStatuses) && self.status.containerStatuses.exists(c, "
-        f"c.name {op} '{SIDECAR}' && has(c.state.running))"
+        f'.status.containerStatuses.[] | select( .name {which} "{SIDECAR}" ) | .state.running.startedAt',
+        op,
+        [],
     )
 
 
 def kwok_stages(time_scale: float = 1.0) -> list[dict[str, Any]]:
     """Every Stage the test bed's kwok plays, for one ``time_scale``."""
-    not_evicted = f"!({_annotated(EVICT)})"
+    not_evicted = _annotation(EVICT, "DoesNotExist")
     return [
         _stage(
             "fedsched-node-initialize",
             "Node",
-            [
-                "!has(self.status.conditions) || !self.status.conditions.exists(c, c.type == 'Ready' "
-                "&& c.status == 'True')"
-            ],
+            [(_NODE_READY, "NotIn", ["True"])],
             [_status_patch(_NODE_INIT)],
         ),
         _stage(
             "fedsched-node-heartbeat",
             "Node",
-            [
-                "has(self.status.conditions) && self.status.conditions.exists(c, c.type == 'Ready' "
-                "&& c.status == 'True')"
-            ],
+            [(_NODE_READY, "In", ["True"])],
             [_status_patch(_NODE_HEARTBEAT)],
             delay={"durationMilliseconds": 20000, "jitterDurationMilliseconds": 25000},
         ),
@@ -278,10 +283,10 @@ def kwok_stages(time_scale: float = 1.0) -> list[dict[str, Any]]:
             "Pod",
             [
                 _ALIVE,
-                "self.status.phase == 'Pending'",
-                _annotated(PREPARED, "true"),
-                "!has(self.status.containerStatuses) || !self.status.containerStatuses.exists(c, "
-                "has(c.state.running) || has(c.state.terminated))",
+                _phase("Pending"),
+                _annotation(PREPARED, "In", "true"),
+                (".status.containerStatuses.[].state.running.startedAt", "DoesNotExist", []),
+                (".status.containerStatuses.[].state.terminated", "DoesNotExist", []),
             ],
             [
                 _event("Pulled", "Container image already present on machine"),
@@ -297,9 +302,9 @@ def kwok_stages(time_scale: float = 1.0) -> list[dict[str, Any]]:
             [
                 _ALIVE,
                 not_evicted,
-                "self.status.phase == 'Running'",
-                "self.spec.restartPolicy != 'Always'",
-                _container_running(sidecar=False),
+                _phase("Running"),
+                (".spec.restartPolicy", "NotIn", ["Always"]),
+                _running(False),
             ],
             [_status_patch(_RUN_END)],
             delay=_seconds("duration", 1, time_scale),
@@ -310,17 +315,17 @@ def kwok_stages(time_scale: float = 1.0) -> list[dict[str, Any]]:
             [
                 _ALIVE,
                 not_evicted,
-                "self.status.phase == 'Running'",
-                _annotated(SIDECAR_KILLED, "true"),
-                _container_running(sidecar=True),
-                f"!({_container_running(sidecar=False)})",
+                _phase("Running"),
+                _annotation(SIDECAR_KILLED, "In", "true"),
+                _running(True),
+                _running(False, "DoesNotExist"),
             ],
             [_event("Killing", f"Stopping container {SIDECAR}"), _status_patch(_SIDECAR_END)],
         ),
         _stage(
             "fedsched-pod-evict",
             "Pod",
-            [_ALIVE, _annotated(EVICT), "self.status.phase == 'Running'"],
+            [_ALIVE, _annotation(EVICT), _phase("Running")],
             [
                 _event("Evicted", "The node was low on resource.", "Warning"),
                 _status_patch(_EVICTED),
@@ -329,7 +334,7 @@ def kwok_stages(time_scale: float = 1.0) -> list[dict[str, Any]]:
         _stage(
             "fedsched-pod-delete",
             "Pod",
-            ["has(self.metadata.deletionTimestamp)", "!has(self.metadata.finalizers)"],
+            [(".metadata.deletionTimestamp", "Exists", []), (".metadata.finalizers", "DoesNotExist", [])],
             [{"delete": True}],
             delay={"durationMilliseconds": 200},
         ),
