@@ -196,22 +196,8 @@ class PodAgent:
         self._annotate(namespace, name, uid, PREPARED)
 
     def _annotate(self, namespace: str, name: str, uid: str, key: str) -> None:
-        # The uid precondition: never mark a newer pod of the same name.
-        patch = [
-            {"op": "test", "path": "/metadata/uid", "value": uid},
-            {"op": "add", "path": f"/metadata/annotations/{key.replace('/', '~1')}", "value": "true"},
-        ]
-        try:
-            self.core.patch_namespaced_pod(name, namespace, patch)
-        except client.ApiException as exc:
-            if exc.status != 422 or "annotations" not in str(exc.body):
-                raise
-            # No annotations map yet: create it.
-            self.core.patch_namespaced_pod(
-                name,
-                namespace,
-                [patch[0], {"op": "add", "path": "/metadata/annotations", "value": {key: "true"}}],
-            )
+        # The uid in the patch is a precondition: a newer pod of the same name is never marked.
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"uid": uid, "annotations": {key: "true"}}})
 
     def _poll_kills(self) -> None:
         while not self._stop.wait(0.1):

@@ -60,6 +60,7 @@ class TestbedFederation:
         self.state_dir = Path(state_dir)
         # The exec user (nobody) must reach each pod's directory: a folder of its own under /tmp.
         self._exec_root = Path(tempfile.mkdtemp(prefix="fedsched-testbed-pods-"))
+        self._exec_root.chmod(0o711)
         self.clusters: dict[str, TestbedCluster] = {}
         self.agents: dict[str, PodAgent] = {}
         self.handles: dict[str, TestbedClusterHandle] = {}

@@ -21,6 +21,8 @@ _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="testbed-spawner
 
 
 def _die_with_parent() -> None:
+    # A shell's background job inherits SIGINT ignored; the sidecar's `kill -2` must reach kwok's shells.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     # A test run or `fedsched testbed up` that is killed must not leave control planes behind.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

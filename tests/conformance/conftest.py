@@ -33,6 +33,7 @@ def running(fed: TestbedFederation) -> Iterator[TestbedFederation]:
         yield fed
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(HERE):
@@ -75,8 +76,8 @@ def small_fed() -> Iterator[TestbedFederation]:
             {"name": "solo", "node_pools": [{"name": "p", "count": 2, "cpu": "2", "memory": "4Gi"}]}
         ],
     }
-    with running(TestbedFederation(cfg)) as federation:
-        yield federation
+    with running(TestbedFederation(cfg)) as solo_federation:
+        yield solo_federation
 
 
 def core_api(fed: TestbedFederation, context: str) -> client.CoreV1Api:

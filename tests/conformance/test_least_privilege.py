@@ -4,8 +4,8 @@ naming the missing permission, with less."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,7 +102,9 @@ def reduced(fed: TestbedFederation) -> Iterator[Any]:
                     "subjects": subject,
                 },
             )
-        return provider_token(api, lambda what, check: wait_for(check, 60, message=what), ("fedsched-system", name))
+        return provider_token(
+            api, lambda what, check: wait_for(check, 60, message=what), ("fedsched-system", name)
+        )
 
     yield make
 

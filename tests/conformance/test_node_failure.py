@@ -13,7 +13,7 @@ import pytest
 from airflow_provider_fedsched.sim import wait_for
 from airflow_provider_fedsched.testbed import TestbedFederation
 from tests import airflow_harness
-from tests.operators.test_federated_operator import background, path, pods_of, xcom  # noqa: F401
+from tests.operators.test_federated_operator import background, path, pods_of, xcom  # noqa: F401 - fixture
 
 DAG_FILE = Path(__file__).parent / "dags" / "conformance_dags.py"
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.integration]
 def test_node_not_ready_taint_eviction_fails_over_with_checkpoint(
     sim_federation: TestbedFederation,
     federation: Path,
-    background: Callable[[Callable[[], None]], None],
+    background: Callable[[Callable[[], None]], None],  # noqa: F811 - the fixture imported above
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     lost: list[tuple[str, str]] = []
