@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_dockerfile_passes_hadolint() -> None:
     hadolint = Path(sys.executable).with_name("hadolint")
-    result = subprocess.run([str(hadolint), str(ROOT / "docker" / "Dockerfile")], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(hadolint), str(ROOT / "docker" / "Dockerfile")], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -162,7 +162,9 @@ class PodAgent:
         for container in containers:
             path = directory / f"{container}.log"
             path.write_text(_cri_lines([] if container == SIDECAR else log_lines(pod, container)))
-            logs.append({"containers": [container], "logsFile": str(path), "follow": True})
+            # kwok cannot tell when the container ends, so a follow would hang until its timeout: serve what
+            # there is and end; followers (KubernetesPodOperator) re-read while the container runs.
+            logs.append({"containers": [container], "logsFile": str(path), "follow": False})
         xcom = annotation(pod, "xcom", default=None)
         if xcom:
             (directory / "return.json").write_text(str(xcom))
@@ -197,7 +199,9 @@ class PodAgent:
 
     def _annotate(self, namespace: str, name: str, uid: str, key: str) -> None:
         # The uid in the patch is a precondition: a newer pod of the same name is never marked.
-        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"uid": uid, "annotations": {key: "true"}}})
+        self.core.patch_namespaced_pod(
+            name, namespace, {"metadata": {"uid": uid, "annotations": {key: "true"}}}
+        )
 
     def _poll_kills(self) -> None:
         while not self._stop.wait(0.1):

@@ -2,7 +2,8 @@
 
 Faults are real events: ``down`` ends the API server process (``up`` starts it again),
 ``node_not_ready`` takes the node away from kwok so its lease expires, ``evict_pod`` has kwok play a
-node-pressure eviction, and ``scheduler.pause`` stops kube-scheduler. Request counts come from the API server's audit log.
+node-pressure eviction, and ``scheduler.pause`` stops kube-scheduler. Request counts come from the API
+server's audit log.
 """
 
 from __future__ import annotations

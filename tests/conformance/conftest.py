@@ -33,11 +33,20 @@ def running(fed: TestbedFederation) -> Iterator[TestbedFederation]:
         yield fed
 
 
+def _source_order(item: pytest.Item) -> tuple[str, str, int]:
+    """Imported tests run in the order of the file they come from, as in their own suite."""
+    function = getattr(item, "function", None)
+    code = getattr(function, "__code__", None)
+    return (str(item.fspath), code.co_filename if code else "", code.co_firstlineno if code else 0)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if Path(str(item.fspath)).is_relative_to(HERE):
-            item.add_marker(pytest.mark.conformance)
+    ours = [i for i, item in enumerate(items) if Path(str(item.fspath)).is_relative_to(HERE)]
+    for index in ours:
+        items[index].add_marker(pytest.mark.conformance)
+    for index, item in zip(ours, sorted((items[i] for i in ours), key=_source_order), strict=True):
+        items[index] = item
 
 
 @pytest.fixture(scope="session")

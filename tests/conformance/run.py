@@ -21,6 +21,8 @@ class Tally:
             self.passed += 1
         elif report.failed:
             self.failed += 1
+            # At once, not only in the final summary: a long suite shows why while it still runs.
+            print(f"\nFAILED {report.nodeid} ({report.when}):\n{report.longreprtext[-1500:]}", flush=True)
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
