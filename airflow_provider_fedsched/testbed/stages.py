@@ -289,7 +289,8 @@ def kwok_stages(time_scale: float = 1.0) -> list[dict[str, Any]]:
                 (".status.containerStatuses.[].state.terminated", "DoesNotExist", []),
             ],
             [
-                _event("Pulled", "Container image already present on machine"),
+                _event("Pulling", "Pulling image"),
+                _event("Pulled", "Successfully pulled image"),
                 _event("Created", "Created container"),
                 _event("Started", "Started container"),
                 _status_patch(_START),

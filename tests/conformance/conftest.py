@@ -76,9 +76,9 @@ def sim_federation(testbed: TestbedFederation, airflow_db: None) -> Iterator[Tes
             os.environ[key] = value
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def small_fed() -> Iterator[TestbedFederation]:
-    """A private one-cluster federation for tests that break nodes."""
+    """A private one-cluster federation per test, as in the simulator suite (tests break nodes, fill it)."""
     cfg = {
         "time_scale": TIME_SCALE,
         "clusters": [

@@ -131,8 +131,6 @@ def test_snapshot_without_listing_nodes_names_the_permission(
             str(fed.state_dir / "federation.yaml"),
             "--kubeconfig",
             str(kubeconfig),
-            "--cluster",
-            "east-cpu",
             "--json",
         ]
     )
