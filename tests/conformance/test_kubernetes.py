@@ -4,8 +4,8 @@ Here the scheduler is kube-scheduler, quota admission is the real ResourceQuota 
 kube-controller-manager's, and kwok plays the kubelet. Left out: what reaches into the simulator (latency
 and error-burst injection, dropped watches, its image-pull and restart emulation, log follow internals), and
 what the real parts answer otherwise (docs/simulator.md, "Fidelity"): kube-scheduler's FailedScheduling
-wording and event source, kwok serving logs before a container starts, kwok's exec of an unknown command (an internal error,
-not exit code 127) and the Killing event of a graceful deletion.
+wording and event source, kwok serving logs before a container starts, kwok's exec of an unknown
+command (an internal error, not exit code 127) and the Killing event of a graceful deletion.
 """
 
 from __future__ import annotations
