@@ -77,6 +77,7 @@ class PodAgent:
         self.as_root = os.geteuid() == 0
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
+        self._ended: set[tuple[str, str]] = set()
         self._sidecars: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) still running a sidecar
         self._thread = threading.Thread(target=self._run, name=f"testbed-agent-{root.name}", daemon=True)
         self._poller = threading.Thread(
@@ -134,12 +135,19 @@ class PodAgent:
         uid = meta["uid"]
         if kind == "DELETED":
             self._sidecars.pop(uid, None)
+            self._ended = {key for key in self._ended if key[0] != uid}
             shutil.rmtree(self.root / uid, ignore_errors=True)
             return
         if kind == "ERROR":
             return
         annotations = meta.get("annotations") or {}
         containers = [c["name"] for c in pod["spec"].get("containers") or []]
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        ended = [cs["name"] for cs in statuses if "terminated" in (cs.get("state") or {})]
+        if meta.get("deletionTimestamp"):
+            ended = containers
+        for container in ended:
+            self._end_logs(meta["namespace"], meta["name"], uid, container)
         if SIDECAR in containers and annotations.get(SIDECAR_KILLED) != "true":
             self._sidecars[uid] = (meta["namespace"], meta["name"])
         if annotations.get(PREPARED) == "true" or meta.get("deletionTimestamp"):
@@ -162,9 +170,7 @@ class PodAgent:
         for container in containers:
             path = directory / f"{container}.log"
             path.write_text(_cri_lines([] if container == SIDECAR else log_lines(pod, container)))
-            # kwok cannot tell when the container ends, so a follow would hang until its timeout: serve what
-            # there is and end; followers (KubernetesPodOperator) re-read while the container runs.
-            logs.append({"containers": [container], "logsFile": str(path), "follow": False})
+            logs.append({"containers": [container], "logsFile": str(path), "follow": True})
         xcom = annotation(pod, "xcom", default=None)
         if xcom:
             (directory / "return.json").write_text(str(xcom))
@@ -196,6 +202,36 @@ class PodAgent:
                 if exc.status != 409:
                     raise
         self._annotate(namespace, name, uid, PREPARED)
+
+    def _end_logs(self, namespace: str, name: str, uid: str, container: str) -> None:
+        """End every follower of a container that can write no more (kwok cannot tell: it asks no runtime).
+
+        The log moves to a final file that the pod's Logs object then names; where it was, a directory
+        appears, which ends a follower's read (kwok's CRI log reader reopens the recreated path and fails).
+        """
+        path = self.root / uid / f"{container}.log"
+        final = self.root / uid / f"{container}.final.log"
+        if (uid, container) in self._ended or not path.is_file():
+            return
+        self._ended.add((uid, container))
+        shutil.copyfile(path, final)
+        try:
+            logs = self.custom.get_namespaced_custom_object(
+                "kwok.x-k8s.io", "v1alpha1", namespace, "logs", name
+            )
+            for entry in logs["spec"]["logs"]:
+                if entry.get("logsFile") == str(path):
+                    entry["logsFile"] = str(final)
+            self.custom.replace_namespaced_custom_object(
+                "kwok.x-k8s.io", "v1alpha1", namespace, "logs", name, logs
+            )
+        except client.ApiException as exc:
+            if exc.status != 404:
+                log.warning("test bed agent: logs of %s/%s: %s", namespace, name, exc)
+        # kwok reads the Logs objects through a watch: let it see the final file before the old one goes.
+        self._stop.wait(0.3)
+        path.unlink(missing_ok=True)
+        path.mkdir(exist_ok=True)
 
     def _annotate(self, namespace: str, name: str, uid: str, key: str) -> None:
         # The uid in the patch is a precondition: a newer pod of the same name is never marked.
