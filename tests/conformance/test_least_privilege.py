@@ -20,10 +20,7 @@ from airflow_provider_fedsched.testbed.rbac import (
     manifest,
     provider_token,
 )
-from tests import airflow_harness
-from tests.operators.test_federated_operator import xcom
 
-DAG_FILE = Path(__file__).parent / "dags" / "conformance_dags.py"
 pytestmark = [pytest.mark.integration]
 
 
@@ -139,38 +136,3 @@ def test_snapshot_without_listing_nodes_names_the_permission(
 
     assert code == 0 and row["reachable"] is False
     assert 'cannot list resource "nodes"' in row["reason"] and token not in row["reason"]
-
-
-@pytest.mark.airflow
-@pytest.mark.parametrize(
-    ("dag_id", "resource", "verb", "named"),
-    [
-        ("fed_rbac_create", "pods", "create", 'cannot create resource "pods"'),
-        ("fed_rbac_xcom", "pods/exec", "create", 'cannot create resource "pods/exec"'),
-    ],
-)
-def test_a_task_without_a_permission_fails_naming_it(
-    sim_federation: TestbedFederation,
-    federation: Path,
-    reduced: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
-    dag_id: str,
-    resource: str,
-    verb: str,
-    named: str,
-) -> None:
-    token = reduced(resource, verb)
-    extra = {
-        "kube_config": json.dumps(
-            yaml.safe_load(kubeconfig_with(sim_federation, token, federation.parent).read_text())
-        ),
-        "namespace": "default",
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_K8S_EAST_CPU", json.dumps({"conn_type": "kubernetes", "extra": extra}))
-    dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
-
-    assert airflow_harness.task_states(dag_run)["work"] == "failed"
-    out = capfd.readouterr().out
-    assert named in out and token not in out
-    assert xcom(dag_run, "return_value") is None
