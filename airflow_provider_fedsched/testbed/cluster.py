@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from airflow_provider_fedsched.federation.resources import parse_quantity
 from airflow_provider_fedsched.sim.config import ClusterConfig
 from airflow_provider_fedsched.testbed import binaries
 from airflow_provider_fedsched.testbed.pki import Authority, Pair
@@ -360,19 +361,13 @@ class TestbedCluster:
             if exc.status != 409:
                 raise
             quota = core.patch_namespaced_resource_quota(name, namespace, {"spec": {"hard": dict(hard)}})
-        # Admission reads status.hard: wait until the quota controller has filled it in.
-        wait_until(
-            lambda: (
-                (core.read_namespaced_resource_quota(name, namespace).status.hard or {}).keys() >= hard.keys()
-                and all(
-                    str(v) == str(core.read_namespaced_resource_quota(name, namespace).status.hard[k])
-                    for k, v in hard.items()
-                )
-            ),
-            f"quota {namespace}/{name} in force",
-            30,
-            self._procs(),
-        )
+        # Admission reads status.hard: wait until the quota controller has filled it in (in canonical
+        # form: "1000" reads back as "1k").
+        def in_force() -> bool:
+            status = core.read_namespaced_resource_quota(name, namespace).status.hard or {}
+            return all(k in status and parse_quantity(status[k]) == parse_quantity(v) for k, v in hard.items())
+
+        wait_until(in_force, f"quota {namespace}/{name} in force", 60, self._procs())
         return dict(api_dict(self.admin(), quota))
 
     _node_seq = 0
