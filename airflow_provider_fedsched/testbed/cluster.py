@@ -365,7 +365,8 @@ class TestbedCluster:
         # form: "1000" reads back as "1k").
         def in_force() -> bool:
             status = core.read_namespaced_resource_quota(name, namespace).status.hard or {}
-            return all(k in status and parse_quantity(status[k]) == parse_quantity(v) for k, v in hard.items())
+            wanted = {k: parse_quantity(v) for k, v in hard.items()}
+            return all(k in status and parse_quantity(status[k]) == q for k, q in wanted.items())
 
         wait_until(in_force, f"quota {namespace}/{name} in force", 60, self._procs())
         return dict(api_dict(self.admin(), quota))
