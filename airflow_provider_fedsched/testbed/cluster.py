@@ -361,6 +361,7 @@ class TestbedCluster:
             if exc.status != 409:
                 raise
             quota = core.patch_namespaced_resource_quota(name, namespace, {"spec": {"hard": dict(hard)}})
+
         # Admission reads status.hard: wait until the quota controller has filled it in (in canonical
         # form: "1000" reads back as "1k").
         def in_force() -> bool:
