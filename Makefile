@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck pytest demo bench clean
+.PHONY: install test lint typecheck pytest demo bench clean testbed conformance
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet 'uv>=0.13.9'
@@ -43,6 +43,15 @@ bench: install
 	$(PY) benchmarks/bench_plans.py
 	$(PY) benchmarks/bench_history_api.py
 	$(PY) benchmarks/bench_cli.py
+
+# Real control planes (kube-apiserver, controller-manager, scheduler v1.36, etcd 3.6, kwok 0.8) built from
+# the Go module proxy into .testbed/bin, once per machine (docs/testbed.md).
+testbed:
+	testbed/build.sh .testbed/bin
+
+# The provider against real control planes: prints `conformance: passed=N failed=0 clusters=K kubernetes=v...`.
+conformance: install testbed
+	$(PY) -m tests.conformance.run $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

@@ -29,22 +29,14 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 MAX_LINES = 500
 
 # Each strongly connected component of the import graph, as its sorted module names, with who fixes it.
-KNOWN_CIRCLES: dict[tuple[str, ...], str] = {
-    tuple(
-        f"{PACKAGE}.sim.{name}"
-        for name in ("api", "cluster", "exec", "faults", "kubelet", "logs", "scheduler")
-    ): ("branch sim: controllers given the store, not the Cluster that builds them"),
-}
+KNOWN_CIRCLES: dict[tuple[str, ...], str] = {}
 # The same between the package's top-level parts (sorted full names), with who fixes it.
 KNOWN_PART_CIRCLES: dict[tuple[str, ...], str] = {
     (f"{PACKAGE}.operators", f"{PACKAGE}.plans"): "branch contract: plans stand on hooks, not on operators",
-    (f"{PACKAGE}.cli", f"{PACKAGE}.sim"): "merge of branch sim: sim/cli.py's verb moves into cli/sim.py",
 }
 # Modules over MAX_LINES lines, with who splits them.
 KNOWN_LONG_MODULES: dict[str, str] = {
     f"{PACKAGE}.operators.federated_pod": "branch contract: pod I/O in kube/pods.py, kube/failures.classify",
-    f"{PACKAGE}.sim.api": "branch sim: sim/apiserver/",
-    f"{PACKAGE}.sim.cluster": "branch sim: cluster.py only assembles",
 }
 # Generated data may be long.
 GENERATED: frozenset[str] = frozenset()

@@ -24,6 +24,7 @@ VERBS: dict[str, str] = {
     "snapshot": "snapshot",
     "plan": "plan",
     "sim": "sim",
+    "testbed": "testbed",
 }
 
 
