@@ -168,10 +168,9 @@ def _charge_reservation(index: ClusterIndex, reservation: ResourceList) -> dict[
     free first: the pessimistic guess for the next pod (better to wait than to leave a pod Pending).
     """
     adjusted: dict[str, ResourceList] = {}
-    nodes = [node for group in index.groups for node in group.nodes if node.schedulable]
     for name, amount in reservation.items():
         left = amount
-        for node in sorted(nodes, key=lambda n: (-n.free.get(name, 0), n.name)):
+        for node in index.by_free(name):
             if left <= 0:
                 break
             free = adjusted.setdefault(node.name, dict(node.free))

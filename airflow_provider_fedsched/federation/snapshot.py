@@ -10,7 +10,7 @@ index would go stale).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,17 @@ class ClusterIndex:
     """Over schedulable nodes."""
     total_free: ResourceList
     """Over schedulable nodes."""
+    most_free_first: dict[str, list[IndexedNode]] = field(default_factory=dict)
+    """Per resource, the schedulable nodes by descending free amount (then name), filled on first use by
+    the reservation charge: sorted once per snapshot, not once per decision."""
+
+    def by_free(self, resource: str) -> list[IndexedNode]:
+        order = self.most_free_first.get(resource)
+        if order is None:
+            nodes = [node for group in self.groups for node in group.nodes if node.schedulable]
+            order = sorted(nodes, key=lambda n: (-n.free.get(resource, 0), n.name))
+            self.most_free_first[resource] = order
+        return order
 
 
 def _build_index(nodes: list[NodeSnapshot]) -> ClusterIndex:
