@@ -161,16 +161,22 @@ def _fits(items: tuple[tuple[str, int], ...], free: Mapping[str, int]) -> bool:
     return True
 
 
-def _charge_reservation(index: ClusterIndex, reservation: ResourceList) -> dict[str, ResourceList]:
+def _charge_reservation(
+    ctx: DecisionContext, index: ClusterIndex, reservation: ResourceList
+) -> dict[str, ResourceList]:
     """Node name -> free after charging the in-flight reservation.
 
-    Where the in-flight pods land is unknown, so each resource is charged to the nodes with the most of it
-    free first: the pessimistic guess for the next pod (better to wait than to leave a pod Pending).
+    Where the in-flight pods land is unknown, so each resource is charged to the nodes this request could
+    use (tolerated taints, matching node selector) with the most of it free first: the pessimistic guess
+    for the next pod (better to wait than to leave a pod Pending). Charging nodes the request cannot use
+    (say, in-flight CPU on tainted GPU nodes for a CPU pod) would hide the pods that took its room.
     """
     adjusted: dict[str, ResourceList] = {}
+    groups = tuple(position for position, group in enumerate(index.groups) if ctx.tolerated(group.taints))
+    selector = tuple(sorted(ctx.request.node_selector.items()))
     for name, amount in reservation.items():
         left = amount
-        for node in index.by_free(name):
+        for node in index.by_free(name, groups, selector):
             if left <= 0:
                 break
             free = adjusted.setdefault(node.name, dict(node.free))
@@ -397,7 +403,7 @@ class NodeFit:
         items = ctx.request_items
         selector = ctx.request.node_selector
         reservation = {name: amount for name, amount in cluster.reservation.items() if amount > 0}
-        adjusted = _charge_reservation(index, reservation) if reservation else None
+        adjusted = _charge_reservation(ctx, index, reservation) if reservation else None
         for group in index.groups:
             if not ctx.tolerated(group.taints) or not _fits(items, group.max_free):
                 continue

@@ -110,16 +110,27 @@ class ClusterIndex:
     """Over schedulable nodes."""
     total_free: ResourceList
     """Over schedulable nodes."""
-    most_free_first: dict[str, list[IndexedNode]] = field(default_factory=dict)
-    """Per resource, the schedulable nodes by descending free amount (then name), filled on first use by
-    the reservation charge: sorted once per snapshot, not once per decision."""
+    most_free_first: dict[tuple[str, tuple[int, ...], tuple[tuple[str, str], ...]], list[IndexedNode]] = (
+        field(default_factory=dict)
+    )
+    """(resource, groups, node selector) -> those groups' schedulable nodes matching the selector, by
+    descending free amount of the resource (then name). Filled on first use by the reservation charge:
+    sorted once per snapshot and kind of request, not once per decision."""
 
-    def by_free(self, resource: str) -> list[IndexedNode]:
-        order = self.most_free_first.get(resource)
+    def by_free(
+        self, resource: str, groups: tuple[int, ...], selector: tuple[tuple[str, str], ...]
+    ) -> list[IndexedNode]:
+        key = (resource, groups, selector)
+        order = self.most_free_first.get(key)
         if order is None:
-            nodes = [node for group in self.groups for node in group.nodes if node.schedulable]
+            nodes = [
+                node
+                for position in groups
+                for node in self.groups[position].nodes
+                if node.schedulable and all(node.labels.get(k) == v for k, v in selector)
+            ]
             order = sorted(nodes, key=lambda n: (-n.free.get(resource, 0), n.name))
-            self.most_free_first[resource] = order
+            self.most_free_first[key] = order
         return order
 
 

@@ -14,7 +14,7 @@ from airflow_provider_fedsched.federation import (
     NodeSnapshot,
     TaskRequest,
 )
-from airflow_provider_fedsched.federation.plugins import _charge_reservation
+from airflow_provider_fedsched.federation.plugins import DecisionContext, _charge_reservation
 
 NOW = datetime(2025, 6, 1, 8, 0, 0, tzinfo=UTC)
 
@@ -70,9 +70,13 @@ def test_charge_matches_the_reference_over_repeated_decisions(
             for i, (cpu, used, gpu, gpu_used, ready) in enumerate(shapes)
         ],
     )
+    spec = FederationSpec.model_validate({"clusters": [{"name": "c", "conn_id": "k", "region": "r"}]})
+    ctx = DecisionContext.build(
+        spec, TaskRequest(), spec.policy, NOW, {}, {}, None, [], {c.name: c for c in spec.clusters}
+    )
     # The same snapshot serves many decisions: the cached order must give the reference answer each time.
     for reservation in charges:
-        assert _charge_reservation(snapshot.index, reservation) == _reference(snapshot, reservation)
+        assert _charge_reservation(ctx, snapshot.index, reservation) == _reference(snapshot, reservation)
 
 
 def test_decisions_with_reservations_are_unchanged_by_the_cached_order() -> None:
@@ -93,3 +97,27 @@ def test_decisions_with_reservations_are_unchanged_by_the_cached_order() -> None
     waited = engine.decide(request, {"c": snapshot}, now=NOW, reservations={"c": {"cpu": 8000}})
     assert waited.outcome == "wait"
     assert engine.decide(request, {"c": snapshot}, now=NOW, reservations={"c": {"cpu": 3000}}).placed
+
+
+def test_reservations_are_charged_to_the_nodes_the_request_could_use() -> None:
+    """In-flight CPU is assumed to have landed where a CPU pod could run, not on a tainted GPU node with
+    more cpu free: a stale snapshot must not show a CPU pod room that in-flight pods took."""
+    spec = FederationSpec.model_validate({"clusters": [{"name": "c", "conn_id": "k", "region": "r"}]})
+    snapshot = ClusterSnapshot(
+        cluster="c",
+        observed_at=NOW,
+        nodes=[
+            NodeSnapshot(
+                name="gpu",
+                allocatable={"cpu": 64000, "nvidia.com/gpu": 8},
+                taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+            ),
+            NodeSnapshot(name="cpu", allocatable={"cpu": 8000}, requested={"cpu": 4000}),
+        ],
+    )
+    engine = FederationEngine(spec)
+    cpu_pod = TaskRequest(resources={"cpu": 4000})
+    assert engine.decide(cpu_pod, {"c": snapshot}, now=NOW).placed
+    waited = engine.decide(cpu_pod, {"c": snapshot}, now=NOW, reservations={"c": {"cpu": 4000}})
+    assert waited.outcome == "wait"
+    assert "counting in-flight reservations: cpu 4" in waited.reason
