@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_snapshot.add_parser(subparsers)
     cli_plan.add_parser(subparsers)
     sim_cli.add_parser(subparsers)
+    __import__("airflow_provider_fedsched.replay.command", fromlist=["add_parser"]).add_parser(subparsers)
     return parser
 
 
