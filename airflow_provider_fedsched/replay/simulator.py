@@ -392,7 +392,13 @@ class _Replay:
         self.push(self.cooldowns[cluster], RETRY, None)  # work waiting on this cluster may go again
         state = self.state[task.name]
         state.excluded[cluster] = reason
-        if all(name in state.excluded or not self.could_ever_fit(name, task) for name in self.names):
+        usable = [
+            name
+            for name in self.names
+            if self.could_ever_fit(name, task)
+            and not (self.engine_based and self.pricing.violates(name, task))
+        ]
+        if all(name in state.excluded for name in usable):
             state.excluded.clear()  # every cluster left: the try fails and Airflow's retry starts afresh
         if not self.place(task):
             self.waiting.append(task)
@@ -407,7 +413,8 @@ class _Replay:
             cluster = self.clusters[name]
             room = {False: _max_free(cluster, False), True: _max_free(cluster, True)}
             still = []
-            for pending in queue:
+            queued = len(queue)
+            for pending in queue[:queued]:
                 if pending.gone:
                     continue
                 task, most = pending.task, room[pending.borrowing]
@@ -418,7 +425,8 @@ class _Replay:
                     room = {False: _max_free(cluster, False), True: _max_free(cluster, True)}
                 else:
                     still.append(pending)
-            self.pending[name] = still
+            # Evictions caused by these binds may have sent work here meanwhile: keep it queued.
+            self.pending[name] = still + queue[queued:]
         if self.waiting:
             waiting, self.waiting = self.waiting, []
             for task in waiting:
