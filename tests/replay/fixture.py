@@ -6,9 +6,11 @@ import csv
 import random
 from pathlib import Path
 
-from airflow_provider_fedsched.replay.workload import NODE_COLUMNS
+from airflow_provider_fedsched.replay.workload import NODE_COLUMNS, POD_COLUMNS
 
-POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+POD_HEADER = ",".join(
+    (*POD_COLUMNS, "gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+)
 
 
 def write_trace(folder: Path, pods: int = 160, seed: int = 7) -> tuple[Path, Path]:
