@@ -25,6 +25,7 @@ VERBS: dict[str, str] = {
     "plan": "plan",
     "sim": "sim",
     "testbed": "testbed",
+    "replay": "replay",
 }
 
 

@@ -85,17 +85,22 @@ def _fits(items: tuple[tuple[str, int], ...], free: Mapping[str, int]) -> bool:
     return True
 
 
-def _charge_reservation(index: ClusterIndex, reservation: ResourceList) -> dict[str, ResourceList]:
+def _charge_reservation(
+    data: _NodeFitData, index: ClusterIndex, reservation: ResourceList
+) -> dict[str, ResourceList]:
     """Node name -> free after charging the in-flight reservation.
 
-    Where the in-flight pods land is unknown, so each resource is charged to the nodes with the most of it
-    free first: the pessimistic guess for the next pod (better to wait than to leave a pod Pending).
+    Where the in-flight pods land is unknown, so each resource is charged to the nodes this request could
+    use (tolerated taints, matching node selector) with the most of it free first: the pessimistic guess
+    for the next pod (better to wait than to leave a pod Pending). Charging nodes the request cannot use
+    (say, in-flight CPU on tainted GPU nodes for a CPU pod) would hide the pods that took its room.
     """
     adjusted: dict[str, ResourceList] = {}
-    nodes = [node for group in index.groups for node in group.nodes if node.schedulable]
+    groups = tuple(position for position, group in enumerate(index.groups) if data.tolerated(group.taints))
+    selector = tuple(sorted(data.selector.items()))
     for name, amount in reservation.items():
         left = amount
-        for node in sorted(nodes, key=lambda n: (-n.free.get(name, 0), n.name)):
+        for node in index.by_free(name, groups, selector):
             if left <= 0:
                 break
             free = adjusted.setdefault(node.name, dict(node.free))
@@ -126,7 +131,7 @@ def _walk(data: _NodeFitData, cluster: ClusterView, index: ClusterIndex) -> int:
             # In-flight reservations only matter where something may fit now: charge them once, here.
             charged = True
             reservation = _in_flight(cluster) if cluster.reservation else None
-            adjusted = _charge_reservation(index, reservation) if reservation else None
+            adjusted = _charge_reservation(data, index, reservation) if reservation else None
         for node in group.nodes:
             if selector and not _selector_matches(selector, node.labels):
                 continue
@@ -241,7 +246,7 @@ class NodeFit(_NodeFitPoint):
         if data.walk(cluster, index) == _NOW:
             return SUCCESS
         reservation = _in_flight(cluster)
-        adjusted = _charge_reservation(index, reservation) if reservation else None
+        adjusted = _charge_reservation(data, index, reservation) if reservation else None
         reason = _explain(data, index, adjusted, check_status=True)
         if reservation:
             reason += f" (counting in-flight reservations: {_format_resources(sorted(reservation.items()))})"
