@@ -27,7 +27,9 @@ IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--traces", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "traces"))
+    parser.add_argument(
+        "--traces", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "traces")
+    )
     parser.add_argument("--lists", default="default,gpuspec33,cpu050,multigpu20")
     parser.add_argument("--no-plots", action="store_true")
     args = parser.parse_args()

@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from airflow_provider_fedsched.sim.kubelet import annotation, log_lines
+from airflow_provider_fedsched.sim.controllers.runtime import annotation, log_lines
 from airflow_provider_fedsched.testbed.stages import PREPARED, SIDECAR, SIDECAR_KILLED
 
 log = logging.getLogger(__name__)
