@@ -11,9 +11,10 @@ from typing import Any
 from aiohttp import web
 
 from airflow_provider_fedsched.sim.config import ClusterConfig
+from airflow_provider_fedsched.sim.controllers.journal import Journal
 from airflow_provider_fedsched.sim.counters import RequestCounter
 from airflow_provider_fedsched.sim.faults import FaultPlan
-from airflow_provider_fedsched.sim.kubelet import Kubelet
+from airflow_provider_fedsched.sim.kubelet import SIDECAR, Kubelet
 from airflow_provider_fedsched.sim.objects import (
     BUILTIN_PRIORITY_CLASSES,
     TERMINAL,
@@ -41,6 +42,8 @@ class Cluster:
         self.clock = clock
         self.token = config.token or secrets.token_hex(16)
         self.store = Store()
+        # First listener: it records each change before any controller reacts to it.
+        self.journal = Journal(self.name, self.store, clock, sidecars=(SIDECAR,))
         self.events = EventRecorder(self.store)
         self.quota = QuotaController(self.store)
         self.scheduler = Scheduler(self)

@@ -2,7 +2,8 @@
 
 Control endpoint (its own port, so it survives a cluster's ``down``):
 ``POST /sim/v1/clusters/{cluster}/faults`` with ``Authorization: Bearer <that cluster's token>``
-and a JSON body ``{"kind": KIND, "args": {...}}``.
+and a JSON body ``{"kind": KIND, "args": {...}}``; ``GET /sim/v1/clusters/{cluster}/journal``
+(same header, optional ``namespace`` and ``labelSelector``) answers the execution journal.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from airflow_provider_fedsched.sim.selectors import parse_label_selector
 from airflow_provider_fedsched.sim.util import ApiError
 
 if TYPE_CHECKING:
@@ -132,27 +134,51 @@ def submit_priority_pod(
     )
 
 
+def journal_report(cluster: Cluster, namespace: str | None, label_selector: str | None) -> dict[str, Any]:
+    """The execution journal of one cluster (see ``controllers/journal.py``), optionally filtered."""
+    matches = parse_label_selector(label_selector)
+    report = cluster.journal.report(namespace or None)
+    report["pods"] = [p for p in report["pods"] if matches(p["labels"])]
+    return report
+
+
 def build_control_app(clusters: Mapping[str, Cluster]) -> web.Application:
-    async def faults(request: web.Request) -> web.Response:
+    def authorized(request: web.Request) -> Cluster:
         name = request.match_info["cluster"]
         cluster = clusters.get(name)
+        if cluster is None:
+            raise ApiError(404, f"unknown cluster {name!r}")
+        if request.headers.get("Authorization") != f"Bearer {cluster.token}":
+            raise ApiError(401, "Unauthorized")
+        return cluster
+
+    async def faults(request: web.Request) -> web.Response:
         try:
-            if cluster is None:
-                raise ApiError(404, f"unknown cluster {name!r}")
-            if request.headers.get("Authorization") != f"Bearer {cluster.token}":
-                raise ApiError(401, "Unauthorized")
+            cluster = authorized(request)
             body = json.loads(await request.read() or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
             result = await apply_fault(cluster, str(body.get("kind", "")), body.get("args") or {})
         except ApiError as exc:
             return web.json_response(exc.status(), status=exc.code)
         except ValueError:
-            return web.json_response(ApiError(400, "body must be JSON").status(), status=400)
+            return web.json_response(ApiError(400, "body must be a JSON object").status(), status=400)
         return web.json_response(result)
+
+    async def journal(request: web.Request) -> web.Response:
+        try:
+            cluster = authorized(request)
+            query = request.query
+            report = journal_report(cluster, query.get("namespace"), query.get("labelSelector"))
+        except ApiError as exc:
+            return web.json_response(exc.status(), status=exc.code)
+        return web.json_response(report)
 
     async def health(request: web.Request) -> web.Response:
         return web.json_response({"clusters": {n: c.url for n, c in clusters.items()}})
 
     app = web.Application()
     app.router.add_post("/sim/v1/clusters/{cluster}/faults", faults)
+    app.router.add_get("/sim/v1/clusters/{cluster}/journal", journal)
     app.router.add_get("/sim/v1/clusters", health)
     return app

@@ -7,6 +7,7 @@ The loop thread owns all simulator state. Handles marshal calls onto it, so test
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import tempfile
@@ -21,7 +22,12 @@ from aiohttp import web
 
 from airflow_provider_fedsched.sim.cluster import Cluster, SimPortInUse
 from airflow_provider_fedsched.sim.config import SimConfig, default_config, load_config, parse_config
-from airflow_provider_fedsched.sim.control import apply_fault, build_control_app, submit_priority_pod
+from airflow_provider_fedsched.sim.control import (
+    apply_fault,
+    build_control_app,
+    journal_report,
+    submit_priority_pod,
+)
 from airflow_provider_fedsched.sim.util import Clock
 
 T = TypeVar("T")
@@ -219,6 +225,23 @@ class ClusterHandle:
     def reset_request_counts(self) -> None:
         self.call(self.cluster.requests.reset)
 
+    def journal(
+        self, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every pod run this cluster has seen (deleted pods included); see docs/simulator.md."""
+        pods: list[dict[str, Any]] = self.journal_report(namespace, label_selector)["pods"]
+        return pods
+
+    def journal_report(
+        self, namespace: str | None = None, label_selector: str | None = None
+    ) -> dict[str, Any]:
+        """``{"cluster", "observed_at", "dropped", "pods": [...], "nodes": {name: load}}``."""
+        return self.call(journal_report, self.cluster, namespace, label_selector)
+
+    def node_loads(self) -> dict[str, dict[str, Any]]:
+        """Per node: allocatable, used now, peak, and every over-commit seen (none on a sound cluster)."""
+        return self.call(self.cluster.journal.node_loads)
+
     def logs(self, namespace: str, name: str, container: str = "base") -> list[str]:
         def read() -> list[str]:
             pod = self.cluster.store.get("pods", namespace, name)
@@ -356,6 +379,9 @@ class SimFederation:
     def stop(self) -> None:
         if self._thread is None or self.loop is None:
             return
+        # Best effort: the state folder may be gone already.
+        with contextlib.suppress(OSError, TimeoutError, RuntimeError):
+            self.write_journals()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=30)
         self._thread = None
@@ -381,6 +407,13 @@ class SimFederation:
         return iter(self.handles.values())
 
     # -- generated files -----------------------------------------------------------------------------
+    def write_journals(self) -> None:
+        """``state_dir/journal/{cluster}.json``: each cluster's journal as the control endpoint answers it."""
+        folder = self.state_dir / "journal"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, handle in self.handles.items():
+            (folder / f"{name}.json").write_text(json.dumps(handle.journal_report()))
+
     @property
     def kubeconfig_path(self) -> Path:
         return self.state_dir / "kubeconfig"

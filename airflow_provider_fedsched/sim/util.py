@@ -98,6 +98,11 @@ class Clock:
     def __init__(self, time_scale: float = 1.0) -> None:
         self.time_scale = time_scale
 
+    @staticmethod
+    def now() -> float:
+        """Wall-clock time (epoch seconds): the scale stretches durations, not the calendar."""
+        return time.time()
+
     def real(self, sim_seconds: float) -> float:
         return max(0.0, sim_seconds * self.time_scale)
 
