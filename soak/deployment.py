@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,6 +164,8 @@ class Airflow:
     manifest: Path
     parallelism: int
     celery_concurrency: int
+    preload: bool = True
+    """Preload the Kubernetes clients in every process (``soak/airflow_local_settings.py``)."""
     processes: dict[str, Process] = field(default_factory=dict)
     port: int = 0
     api: Api = field(init=False)
@@ -177,6 +180,9 @@ class Airflow:
             link.symlink_to(REPO / "soak" / "dags" / "fedsched_soak.py")
         (self.home / "passwords.json").write_text(json.dumps({ADMIN[0]: ADMIN[1]}))
         (self.home / "logs").mkdir(exist_ok=True)
+        if self.preload:
+            (self.home / "config").mkdir(exist_ok=True)
+            shutil.copy(REPO / "soak" / "airflow_local_settings.py", self.home / "config")
         self.env = self._environment()
 
     @property
@@ -332,6 +338,27 @@ class Airflow:
         status, body = self.api.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")
         return str(body["state"]) if status == 200 else None
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time each process has used with everything it started (task processes included)."""
+        return {name: session_cpu_seconds(p.pid) for name, p in self.processes.items() if p.popen}
+
     def stop(self) -> None:
         for process in reversed(list(self.processes.values())):
             process.stop()
+
+
+def session_cpu_seconds(session: int) -> float:
+    """User and system CPU of the live processes of a session, with the children they reaped."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # Fields after the command: state ppid pgrp session ... utime(12) stime(13) cutime(14) cstime(15).
+        if int(fields[3]) == session:
+            total += sum(int(v) for v in fields[11:15])
+    return total / ticks

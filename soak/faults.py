@@ -375,11 +375,13 @@ class Injector:
         record.detail = f"SIGKILL to the whole Celery worker (main and pool processes), back after {pause:g}s"
         return True
 
-    def _restart_triggerer(self, record: FaultRecord) -> bool:
+    def _restart_triggerer(self, record: FaultRecord) -> bool | None:
         deferred = sum(
             ti["state"] == "deferred"
             for ti in self.airflow.api.task_instances(self.manifest.dag_id, self.run_id)
         )
+        if not deferred:  # a restart with nothing deferred tests nothing: wait for deferred tasks
+            return None
         self.airflow.restart("triggerer")
         record.target = "triggerer"
         record.detail = f"SIGTERM, then started again ({deferred} task(s) deferred at the time)"

@@ -1,9 +1,10 @@
 """The soak driver: services, simulated federation, Airflow, the load, the faults, then the audit.
 
 ``python -m soak --profile full|ci --executor local|celery`` ends with one line, ``soak: executor=E
-tasks=N succeeded=N failed=N lost=N duplicates=N leaked=N sovereignty_violations=N faults=N minutes=M``, and exits 0 only when nothing was lost, ran twice, was left behind or misplaced and every failure is
-explained. Everything it wrote (logs of every process, the manifest, the journals, ``result.json``) stays
-in ``.soak/<profile>-<executor>/``.
+tasks=N succeeded=N failed=N lost=N duplicates=N leaked=N sovereignty_violations=N faults=N minutes=M``,
+and exits 0 only when nothing was lost, ran twice, was left behind or misplaced, every failure is
+explained and every scheduled fault was applied. Everything it wrote (each process's log, the manifest,
+the journals, ``result.json``) stays in ``.soak/<profile>-<executor>/``.
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
                 time.sleep(3)
             run_minutes = (time.monotonic() - t0) / 60
             log(f"run ended: {state} after {run_minutes:.1f} min; {progress(airflow, run_id)}")
+            cpu = airflow.cpu_seconds()
+            log("CPU seconds used: " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in cpu.items()))
             injector.finish()
             for record in injector.records:
                 if record.applied_at is None:
@@ -156,7 +159,7 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
             log(f"pods of the load still in the clusters after settling: {left}")
             result = collect_and_audit(clusters, airflow, plan, run_id, injector, wall0)
             minutes = (time.monotonic() - started) / 60
-            write_result(work, profile, executor, result, injector, minutes, state)
+            write_result(work, profile, executor, result, injector, minutes, state, cpu)
             for line in result.lines():
                 print(line)
             print(result.summary(executor, len(injector.applied), minutes), flush=True)
@@ -203,6 +206,7 @@ def write_result(
     injector: Injector,
     minutes: float,
     state: str | None,
+    cpu: dict[str, float],
 ) -> None:
     (work / "result.json").write_text(
         json.dumps(
@@ -215,6 +219,7 @@ def write_result(
                 "findings": [f.line() for f in result.findings],
                 "overcommits": result.overcommits,
                 "unexplained": result.unexplained,
+                "cpu_seconds": cpu,
             },
             indent=1,
         )
