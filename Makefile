@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck pytest demo bench clean
+.PHONY: install test lint typecheck pytest demo bench clean soak soak-ci soak-install
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet 'uv>=0.13.9'
@@ -41,5 +41,19 @@ bench: install
 	$(PY) benchmarks/bench_plans.py
 	$(PY) benchmarks/bench_history_api.py
 
+# The soak (docs/reliability.md): a real multi-process Airflow on PostgreSQL (installed from Debian's
+# packages and started on loopback when absent) runs a federated load over five simulated clusters while
+# faults are injected; an auditor reads the clusters' own records. Each run ends with one `soak:` line.
+soak-install: install
+	$(UV) sync --frozen --group soak
+
+# >= 200 tasks, LocalExecutor, then CeleryExecutor (Redis broker, two workers); about 15 min each.
+soak: soak-install
+	@rc=0; for executor in local celery; do $(PY) -m soak --profile full --executor $$executor || rc=1; done; exit $$rc
+
+# The CI-sized soak: 40 tasks, LocalExecutor on PostgreSQL, four faults; about 8 min.
+soak-ci: soak-install
+	$(PY) -m soak --profile ci --executor local
+
 clean:
-	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache .soak

@@ -308,8 +308,9 @@ def _explain(
 
 
 def _last_error(log: str) -> str:
+    """The last line of a log that reports an error (``ERROR ...``, an exception name), else its last line."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    for marker in ("FederationError", "AirflowException", "Error", "error", "Traceback"):
+    for marker in ("ERROR ", "FederationError", "AirflowException", "Error", "Traceback"):
         hits = [line for line in lines if marker in line]
         if hits:
             return hits[-1][:400]

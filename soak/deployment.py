@@ -87,6 +87,7 @@ class Api:
                 return out
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
+        """The try's log as ``LEVEL event`` lines (structured log lines; plain ones as they are)."""
         run = urllib.parse.quote(run_id, safe="")
         status, body = self.get(
             f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/{task_id}/logs/{try_number}"
@@ -97,7 +98,10 @@ class Api:
         content = body.get("content")
         if isinstance(content, list):
             return "\n".join(
-                str(line.get("event", "")) if isinstance(line, dict) else str(line) for line in content
+                f"{str(line.get('level', '')).upper()} {line.get('event', '')}"
+                if isinstance(line, dict)
+                else str(line)
+                for line in content
             )
         return str(content)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from soak.audit import Audit, Expectation, TaskKey, audit
 from soak.clusters import ClusterError, Clusters
-from soak.deployment import REPO, Airflow
+from soak.deployment import REPO, Airflow, session_cpu_seconds
 from soak.faults import Injector, schedule
 from soak.load import (
     DAG_ID,
@@ -146,6 +146,8 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
             run_minutes = (time.monotonic() - t0) / 60
             log(f"run ended: {state} after {run_minutes:.1f} min; {progress(airflow, run_id)}")
             cpu = airflow.cpu_seconds()
+            if clusters.process is not None:
+                cpu["simulated clusters"] = session_cpu_seconds(clusters.process.pid)
             log("CPU seconds used: " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in cpu.items()))
             injector.finish()
             for record in injector.records:
