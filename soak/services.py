@@ -83,7 +83,7 @@ class Postgres:
 
     @property
     def celery_result_backend(self) -> str:
-        return f"db+postgresql://{self.user}:{self.password}@{self.host}:{self.port}/{self.database}"
+        return f"db+postgresql+psycopg2://{self.user}:{self.password}@{self.host}:{self.port}/{self.database}"
 
 
 def postgres_bin() -> Path:
