@@ -141,14 +141,18 @@ class Process:
     def running(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
+    def terminate(self) -> None:
+        """SIGTERM to the whole group (the process and the task processes it forked)."""
+        if self.popen is not None and self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+
     def stop(self, timeout: float = 30.0) -> None:
         if self.popen is None:
             return
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=timeout)
+        self.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=timeout)
         with contextlib.suppress(ProcessLookupError):  # whatever the group left (orphaned task processes)
             os.killpg(self.popen.pid, signal.SIGKILL)
         stop_process(self.popen, timeout=5)
@@ -349,6 +353,9 @@ class Airflow:
         return {name: session_cpu_seconds(p.pid) for name, p in self.processes.items() if p.popen}
 
     def stop(self) -> None:
+        """Stop every process: all are told at once, then each is waited for (and killed if it lingers)."""
+        for process in self.processes.values():
+            process.terminate()
         for process in reversed(list(self.processes.values())):
             process.stop()
 
