@@ -19,6 +19,10 @@ It counts, per task (one ``(dag, task, map_index, run)``):
 - ``sovereignty_violations``: pods that ran in a cluster whose region one of the task's datasets forbids;
 - node over-commit: moments when a node's admitted pods requested more than its allocatable.
 
+It also prints, without failing the run, each pod that kept running more than ``OUTLIVE_TOLERANCE``
+seconds after its task had ended in Airflow (``outlived``): the contract lets a pod on a cluster that
+stopped answering outlive a try that gave up on it, until the cluster answers again.
+
 The module is pure (no I/O): ``soak.run`` collects its inputs; other harnesses can reuse it.
 """
 
@@ -26,10 +30,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 TaskKey = tuple[str, int]
 TERMINAL_STATES = ("success", "failed")
+FINDING_ORDER = (
+    *("duplicate", "leaked", "sovereignty", "overcommit"),
+    *("lost", "unexplained", "failed", "outlived"),
+)
+OUTLIVE_TOLERANCE = 60.0
+"""Seconds a pod may still run after its task ended in Airflow (a heartbeat and a deletion)."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +171,7 @@ class Audit:
         )
 
     def lines(self) -> list[str]:
-        order = ("duplicate", "leaked", "sovereignty", "overcommit", "lost", "unexplained", "failed")
+        order = FINDING_ORDER
         found = sorted(
             self.findings, key=lambda f: (order.index(f.kind) if f.kind in order else 99, f.task or ("", 0))
         )
@@ -259,6 +270,15 @@ def audit(
         ti = states.get(key)
         state = str(ti.get("state")) if ti else None
         pods = runs.get(key, [])
+        ended = _epoch(ti.get("end_date")) if ti and state in TERMINAL_STATES else None
+        for run in pods:
+            if ended is not None and run.ran and run.ended_by(at) > ended + OUTLIVE_TOLERANCE:
+                result.add(
+                    "outlived",
+                    key,
+                    f"ran {run.ended_by(at) - ended:.0f}s past the task's end ({state}): "
+                    + run.describe(origin),
+                )
         if state == "success":
             if any(p.succeeded for p in pods):
                 result.succeeded += 1
@@ -279,6 +299,12 @@ def audit(
             result.lost += 1
             result.add("lost", key, f"ended in state {state!r}" if ti else "no task instance in Airflow")
     return result
+
+
+def _epoch(value: Any) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
 def _allowed(region: str | None, datasets: Iterable[str], allowed: Mapping[str, list[str] | None]) -> bool:

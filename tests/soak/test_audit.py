@@ -222,6 +222,22 @@ def test_lost_tasks_and_explained_or_unexplained_failures() -> None:
     assert not result.clean
 
 
+def test_a_pod_running_long_after_its_task_ended_is_reported_but_does_not_fail_the_run() -> None:
+    ended_at = "1970-01-01T00:01:40Z"  # 100 s
+    result = run_audit(
+        [journal("east", pod("t.0", 10, 90, "succeeded"), pod("m.0", 10, 500, "deleted"))],
+        [
+            {**ti("t", 0, "success"), "end_date": ended_at},
+            {**ti("m", 0, "failed"), "end_date": ended_at},
+        ],
+        [Expectation("t", 0), Expectation("m", 0)],
+        marked=[("m", 0)],
+    )
+    (outlived,) = [f for f in result.findings if f.kind == "outlived"]
+    assert outlived.task == ("m", 0) and "ran 400s past the task's end (failed)" in outlived.text
+    assert result.clean
+
+
 @pytest.mark.integration
 def test_the_auditor_reads_a_simulated_clusters_journal_over_http(tmp_path: Any) -> None:
     """Two pods of one task both run to Succeeded on a real simulated cluster: one duplicate; a third pod
