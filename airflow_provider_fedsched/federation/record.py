@@ -7,17 +7,21 @@ continues it) and publishes it as the XCom ``fedsched_placement``; the Federatio
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 XCOM_KEY = "fedsched_placement"
 RECORD_VERSION = 1
 
-AttemptOutcome = Literal[
-    "running", "succeeded", "failed", "insufficient", "evicted", "unreachable", "misconfigured"
-]
-"""``failed`` is the task's own failure; ``insufficient``/``evicted``/``unreachable`` moved the task."""
+FailureKind = Literal["insufficient", "evicted", "unreachable", "misconfigured"]
+"""The failure vocabulary: why a cluster could not run a pod, in the federation's words (the cluster's
+problem, never the task's). ``kube/failures.py`` classifies into it; the Federation page filters on it."""
+FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
+"""Attempt outcomes that moved the task to another cluster: a try with one of these failed over."""
+
+AttemptOutcome = Literal["running", "succeeded", "failed", FailureKind]
+"""``failed`` is the task's own failure; a :data:`FailureKind` moved the task to another cluster."""
 
 
 class Attempt(BaseModel):

@@ -22,10 +22,13 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.engine import FederationEngine
+from airflow_provider_fedsched.federation.forecast import ForecastModel
+from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
+from airflow_provider_fedsched.hooks import planning
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
@@ -36,9 +39,10 @@ from airflow_provider_fedsched.kube.clients import run_in_background
 from airflow_provider_fedsched.kube.snapshots import collect_snapshots, delete_pods
 from airflow_provider_fedsched.state import (
     AirflowVariableStateBackend,
+    BackendChoice,
     FederationState,
-    MemoryStateBackend,
     StateBackend,
+    open_backend,
 )
 
 VARIABLE_PREFIX = "variable:"
@@ -85,7 +89,8 @@ class FederationHook(BaseHook):
     :param federation: the federation spec: a path to a YAML file, YAML text, a mapping, a
         :class:`FederationSpec`, ``"variable:NAME"`` (an Airflow Variable holding the YAML), or None for
         the ``[fedsched] federation_spec`` option.
-    :param state: shared federation state; default Airflow Variables (shared by every worker).
+    :param state: shared federation state: a :class:`FederationState`, a backend, ``"memory"`` or
+        ``"airflow"``; default Airflow Variables (shared by every worker), or memory with ``kubeconfig``.
     :param kubeconfig: outside Airflow, resolve each member's ``conn_id`` to the context of this
         kubeconfig file named after the cluster (as ``fedsched sim up`` writes it).
     :param snapshot_timeout: seconds each cluster has to answer a snapshot.
@@ -97,7 +102,7 @@ class FederationHook(BaseHook):
         self,
         federation: str | Path | Mapping[str, Any] | FederationSpec | None = None,
         *,
-        state: FederationState | StateBackend | None = None,
+        state: FederationState | StateBackend | BackendChoice | None = None,
         kubeconfig: str | Path | None = None,
         snapshot_timeout: float = DEFAULT_SNAPSHOT_TIMEOUT,
     ) -> None:
@@ -132,12 +137,10 @@ class FederationHook(BaseHook):
         if isinstance(self._state_arg, FederationState):
             state = self._state_arg
         else:
-            backend = self._state_arg or (
-                MemoryStateBackend() if self.kubeconfig else AirflowVariableStateBackend()
-            )
-            state = FederationState(backend, federation=self.spec.name)
+            default: BackendChoice = "memory" if self.kubeconfig else "airflow"
+            state = FederationState(open_backend(self._state_arg or default), federation=self.spec.name)
         # Up to EMBED_LIMIT clusters, a fresh worker reads every snapshot with the index, in one call.
-        state.embed_snapshots = len(self.spec.clusters) <= EMBED_LIMIT
+        state.snapshots.embed = len(self.spec.clusters) <= EMBED_LIMIT
         return state
 
     @cached_property
@@ -185,14 +188,14 @@ class FederationHook(BaseHook):
                 )
         results.update(await collect_snapshots(reachable, self.snapshot_timeout))
         for access in reachable:
-            orphans = self.state.orphans(access.cluster)
+            orphans = self.state.orphans.of(access.cluster)
             if orphans and results[access.cluster].reachable:
                 for namespace, pod in await delete_pods(access, orphans, self.snapshot_timeout):
-                    self.state.forget_orphan(access.cluster, namespace, pod)
-        self.state.put_snapshots(results.values())
+                    self.state.orphans.forget(access.cluster, namespace, pod)
+        self.state.snapshots.put(results.values())
         for snapshot in results.values():
             if snapshot.reachable:
-                self.state.record(snapshot.cluster, "utilization", _utilization_sample(snapshot))
+                self.state.history.append(snapshot.cluster, "utilization", _utilization_sample(snapshot))
         return results
 
     def collect(self, clusters: Iterable[str] | None = None) -> dict[str, ClusterSnapshot]:
@@ -211,7 +214,7 @@ class FederationHook(BaseHook):
         names = list(clusters) if clusters is not None else [c.name for c in self.spec.clusters]
         ttl = self.spec.policy.snapshot_ttl_seconds
         now = now or datetime.now(UTC)
-        found = self.state.snapshots(names)
+        found = self.state.snapshots.newest(names)
         stale = [n for n in names if n not in found or _age(found[n], now) > ttl / 2]
         if not stale:
             return found
@@ -227,16 +230,16 @@ class FederationHook(BaseHook):
             locks.append(lock)
             candidates.append(name)
         try:
-            mine = self.state.try_leases(candidates, owner, now, lease_ttl) if candidates else []
+            mine = self.state.leases.claim(candidates, owner, now, lease_ttl) if candidates else []
             # A worker that refreshed just before our claim has left a fresh snapshot: use it.
-            current = self.state.snapshots(mine) if mine else {}
+            current = self.state.snapshots.newest(mine) if mine else {}
             fresh = {n: s for n, s in current.items() if _age(s, datetime.now(UTC)) <= ttl / 2}
             found.update(fresh)
             if to_refresh := [n for n in mine if n not in fresh]:
                 found.update(self.collect(to_refresh))
         finally:
             for name in mine:
-                self.state.end_lease(name, owner)
+                self.state.leases.end(name, owner)
             for lock in locks:
                 lock.release()
         waiting = [n for n in stale if n not in mine]
@@ -250,13 +253,13 @@ class FederationHook(BaseHook):
         result: dict[str, ClusterSnapshot] = {}
         pending = list(clusters)
         while pending and time.monotonic() < deadline:
-            for name, snapshot in self.state.snapshots(pending).items():
+            for name, snapshot in self.state.snapshots.newest(pending).items():
                 if snapshot.observed_at >= since - timedelta(seconds=1):
                     result[name] = snapshot
                     pending.remove(name)
             if pending:
                 time.sleep(0.05)
-        result.update(self.state.snapshots(pending))  # stale ones: the freshness filter decides
+        result.update(self.state.snapshots.newest(pending))  # stale ones: the freshness filter decides
         return result
 
     # Decisions ---------------------------------------------------------------------------------------
@@ -282,15 +285,18 @@ class FederationHook(BaseHook):
             policy=policy,
         )
 
-    def view(self, clusters: Iterable[str], namespace: str, now: datetime | None = None) -> FederationView:
-        """What a decision for a pod of ``namespace`` needs from shared state about ``clusters``."""
+    def view(
+        self, clusters: Iterable[str], namespace: str | None, now: datetime | None = None
+    ) -> FederationView:
+        """What a decision for a pod of ``namespace`` needs from shared state about ``clusters`` (with
+        ``namespace`` None, whole-cluster cooldowns only)."""
         names = list(clusters)
         snapshots = self.snapshots(names, now=now)
         now = datetime.now(UTC) if now is None else now  # a refresh may have taken a moment
         return FederationView(
             snapshots=snapshots,
-            cooldowns=self.state.cooldowns(names, now, namespace=namespace),
-            reservations=self.state.reservations(snapshots, now),
+            cooldowns=self.state.cooldowns.in_force(names, now, namespace=namespace),
+            reservations=self.state.reservations.pending(snapshots, now),
             now=now,
         )
 
@@ -314,15 +320,100 @@ class FederationHook(BaseHook):
         self, cluster: str, request: TaskRequest, placement_id: str, now: datetime | None = None
     ) -> None:
         """Hold ``request`` on ``cluster`` until its snapshot shows the pod with ``placement_id``."""
-        self.state.reserve(cluster, request.resources, now or datetime.now(UTC), placement_id)
+        self.state.reservations.hold(cluster, request.resources, now or datetime.now(UTC), placement_id)
+
+    def release(self, cluster: str, placement_id: str) -> None:
+        """Drop the reservation of ``placement_id`` (its pod ended or left the cluster)."""
+        self.state.reservations.release(cluster, placement_id)
 
     def cool_down(
         self, cluster: str, reason: str, now: datetime | None = None, namespace: str | None = None
     ) -> datetime:
         """Keep ``cluster`` (or only its ``namespace``) out of decisions for the policy's cooldown."""
         until = (now or datetime.now(UTC)) + timedelta(seconds=self.spec.policy.cooldown_seconds)
-        self.state.cool_down(cluster, until, reason, namespace=namespace)
+        self.state.cooldowns.set(cluster, until, reason, namespace=namespace)
         return until
+
+    def clear_cooldown(self, cluster: str, namespace: str | None = None) -> None:
+        self.state.cooldowns.clear(cluster, namespace)
+
+    def cooldown(
+        self, cluster: str, now: datetime | None = None, namespace: str | None = None
+    ) -> tuple[datetime, str] | None:
+        """``(until, reason)`` while ``cluster`` (or only its ``namespace``) is cooling down."""
+        return self.state.cooldowns.get(cluster, now or datetime.now(UTC), namespace)
+
+    def cooldowns(
+        self, clusters: Iterable[str], now: datetime | None = None, namespace: str | None = None
+    ) -> dict[str, datetime]:
+        """``cluster -> until`` for those cooling down for pods of ``namespace`` (one read for all)."""
+        return self.state.cooldowns.in_force(clusters, now or datetime.now(UTC), namespace)
+
+    def cooldown_details(
+        self, cluster: str, now: datetime | None = None
+    ) -> list[tuple[str | None, datetime, str]]:
+        """Every cooldown of ``cluster`` in force: ``(namespace or None, until, reason)``, cluster first."""
+        return self.state.cooldowns.details(cluster, now or datetime.now(UTC))
+
+    # Shared records --------------------------------------------------------------------------------
+    def stored_snapshot(self, cluster: str) -> ClusterSnapshot | None:
+        """The newest snapshot of ``cluster`` in shared state, however old (no refresh)."""
+        return self.state.snapshots.get(cluster)
+
+    def record(self, cluster: str, kind: str, sample: Mapping[str, Any]) -> None:
+        """Add a history sample (``kind``: utilization, start_latency, outcome) for the page and forecast."""
+        self.state.history.append(cluster, kind, sample)
+
+    def history(self, cluster: str, kind: str) -> list[dict[str, Any]]:
+        return self.state.history.samples(cluster, kind)
+
+    def add_orphan(self, cluster: str, namespace: str, pod: str) -> None:
+        """A pod not confirmed gone: the next snapshot of ``cluster`` that answers deletes it."""
+        self.state.orphans.add(cluster, namespace, pod)
+
+    def orphans(self, cluster: str) -> list[tuple[str, str]]:
+        return self.state.orphans.of(cluster)
+
+    # Plans and forecasts (see hooks/planning.py) -----------------------------------------------------
+    def planned_decision(
+        self,
+        request: TaskRequest,
+        *,
+        dag_id: str,
+        task_id: str,
+        logical_date: datetime | None,
+        exclude: dict[str, str],
+        policy: PolicySpec | None,
+    ) -> tuple[Decision | None, str]:
+        """A decision from a valid precomputed plan for this run, or ``(None, why no plan was used)``."""
+        return planning.planned_decision(
+            self, request, dag_id=dag_id, task_id=task_id, logical_date=logical_date, exclude=exclude,
+            policy=policy,
+        )  # fmt: skip
+
+    def forecast_idle(
+        self, start: datetime, end: datetime, resources: Iterable[str] | None = None
+    ) -> dict[str, float] | None:
+        """Predicted idle fraction per cluster over ``[start, end)`` from the planner's stored models."""
+        return planning.forecast_idle(self, start, end, resources)
+
+    def fold_profiles(self) -> dict[str, ForecastModel]:
+        """Fold new utilization history into the stored profiles and store the fitted models."""
+        return planning.fold_profiles(self)
+
+    def put_plan(self, plan: Plan) -> None:
+        """Store ``plan`` under its own key (one per DAG, task and logical date): replaces only itself."""
+        self.state.plans.put(plan)
+
+    def get_plan(self, dag_id: str, task_id: str, logical_date: datetime) -> Plan | None:
+        """The stored plan for this run of the task; ``ValueError`` if what is stored is not a plan."""
+        return self.state.plans.get(dag_id, task_id, logical_date)
+
+    def plans(self, dag_id: str | None = None) -> list[Plan]:
+        return self.state.plans.all(dag_id)
+
+    def delete_plan(self, plan: Plan) -> None:
+        self.state.plans.delete(plan)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-FailureKind = Literal["insufficient", "evicted", "unreachable", "misconfigured"]
+from airflow_provider_fedsched.federation.record import FailureKind
 
 DISRUPTION_EVENTS = frozenset({"Preempted", "Evicted", "TaintManagerEviction"})
 

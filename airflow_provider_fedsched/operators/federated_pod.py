@@ -32,7 +32,7 @@ from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.record import XCOM_KEY, Attempt, PlacementRecord
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import format_quantity
-from airflow_provider_fedsched.federation.spec import FederationSpec, SpecError
+from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
 from airflow_provider_fedsched.hooks.federation import FederationHook, poll_interval
 from airflow_provider_fedsched.kube.access import ClusterAccessError
 from airflow_provider_fedsched.kube.failures import (
@@ -44,7 +44,6 @@ from airflow_provider_fedsched.kube.failures import (
 )
 from airflow_provider_fedsched.kube.snapshots import PLACEMENT_LABEL
 from airflow_provider_fedsched.operators.links import FederatedClusterLink
-from airflow_provider_fedsched.plans import forecast_idle, planned_decision
 
 CLUSTER_LABEL = "fedsched.io/cluster"
 ATTEMPT_LABEL = "fedsched.io/cluster-attempt"
@@ -168,9 +167,9 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             conn_id=self.kubernetes_conn_id, client_configuration=kubernetes.client.Configuration()
         )
 
-    def use_cluster(self, cluster: str) -> None:
+    def use_cluster(self, cluster: str, hook: FederationHook | None = None) -> None:
         """Point hook, client and pod manager at ``cluster`` (dropping the cached ones)."""
-        access = self.federation_hook.access(cluster)
+        access = (hook or self.federation_hook).access(cluster)
         if self.current_cluster == cluster:
             return
         self.current_cluster = cluster
@@ -179,11 +178,19 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             self.__dict__.pop(cached, None)
 
     # Validation ---------------------------------------------------------------------------------------
-    def prepare(self, context: Any = None) -> tuple[k8s.V1Pod, TaskRequest]:
+    def placement_request(self, hook: FederationHook) -> tuple[TaskRequest, PolicySpec]:
+        """The validated placement request and effective policy against ``hook``'s federation (the
+        planner's entry point: no task context)."""
+        _, request = self.prepare(None, hook)
+        return request, self.policy_spec
+
+    def prepare(
+        self, context: Any = None, hook: FederationHook | None = None
+    ) -> tuple[k8s.V1Pod, TaskRequest]:
         """Check the federation arguments and build the pod once; fail the try naming the argument.
 
-        Returns the pod template and the placement request derived from it (also usable without a
-        task context, e.g. by the planner)."""
+        Returns the pod template and the placement request derived from it."""
+        hook = hook or self.federation_hook
         if self._conflicting_arguments:
             names = ", ".join(self._conflicting_arguments)
             raise FederationError(
@@ -199,7 +206,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         if self.checkpoint is not None and not self.preemptible and not isinstance(self.checkpoint, str):
             raise FederationError("checkpoint must be a string (a path or URL)")
         try:
-            spec = self.federation_hook.spec
+            spec = hook.spec
         except SpecError as exc:
             raise FederationError(f"federation: the spec cannot be loaded: {exc}") from None
         known = {c.name for c in spec.clusters}
@@ -231,7 +238,8 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             raise FederationError(f"policy: {exc}") from None
         members = self.clusters or sorted(known)
         try:
-            self.use_cluster(members[0])  # the pod template reads connection extras (namespace, sidecar)
+            # The pod template reads connection extras (namespace, sidecar).
+            self.use_cluster(members[0], hook)
         except ClusterAccessError as exc:
             raise FederationError(str(exc)) from None
         pod = self.build_pod_request_obj(context, dry_run=True)
@@ -318,8 +326,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         record = self._record
         placement_id = _placement_id(record, len(record.attempts) + 1)
         if not record.decisions:
-            decision, why = planned_decision(
-                self.federation_hook,
+            decision, why = self.federation_hook.planned_decision(
                 self.task_request,
                 dag_id=record.dag_id,
                 task_id=record.task_id,
@@ -340,7 +347,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             placement_id,
             exclude=record.excluded,
             policy=self.policy_spec,
-            forecast=forecast_idle(self.federation_hook, now, now + horizon, self.task_request.resources),
+            forecast=self.federation_hook.forecast_idle(now, now + horizon, self.task_request.resources),
         )
 
     def resume_placement(self, context: Any, event: Any = None) -> Any:
@@ -612,8 +619,8 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             f"{failure.kind}: {failure.reason}",
             namespace=attempt.namespace if failure.namespace_only else None,
         )
-        self.federation_hook.state.release(attempt.cluster, attempt.placement_id)
-        self.federation_hook.state.record(
+        self.federation_hook.release(attempt.cluster, attempt.placement_id)
+        self.federation_hook.record(
             attempt.cluster, "outcome", {"at": datetime.now(UTC).isoformat(), "outcome": failure.kind}
         )
         record = self._record
@@ -648,7 +655,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 pass
             time.sleep(_START_CHECK_INTERVAL)
         # Could not confirm: leave a note so the next snapshot of that cluster deletes it.
-        self.federation_hook.state.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+        self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
         self.log.warning(
             "Could not confirm pod %s/%s is gone from %s; it will be deleted when the cluster answers again",
             attempt.namespace,
@@ -664,8 +671,8 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         record.outcome = "succeeded" if outcome == "succeeded" else "failed"
         record.reason = reason
         record.ended_at = attempt.ended_at
-        self.federation_hook.state.release(attempt.cluster, attempt.placement_id)
-        self.federation_hook.state.record(
+        self.federation_hook.release(attempt.cluster, attempt.placement_id)
+        self.federation_hook.record(
             attempt.cluster,
             "outcome",
             {
@@ -675,7 +682,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             },
         )
         if attempt.running_at is not None:
-            self.federation_hook.state.record(
+            self.federation_hook.record(
                 attempt.cluster,
                 "start_latency",
                 {

@@ -211,8 +211,8 @@ def test_cooldown_and_snapshots_are_visible_from_a_second_worker_process(
         "from airflow_provider_fedsched.hooks.federation import FederationHook\n"
         "hook = FederationHook(sys.argv[1])\n"
         "now = datetime.now(UTC)\n"
-        "snaps = hook.state.snapshots([c.name for c in hook.spec.clusters])\n"
-        "until, why = hook.state.cooldown('east-cpu', now)\n"
+        "snaps = hook.state.snapshots.newest([c.name for c in hook.spec.clusters])\n"
+        "until, why = hook.cooldown('east-cpu', now)\n"
         "print(json.dumps({'snapshots': sorted(snaps), 'until': until.isoformat(), 'why': why}))\n"
     )
     worker = subprocess.run(

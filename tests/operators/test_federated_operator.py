@@ -126,10 +126,10 @@ def test_quota_exhausted_since_the_snapshot_fails_over_in_the_same_try(
     assert "exceeded quota: tight" in record["attempts"][0]["reason"]
     assert dag_run.get_task_instances()[0].try_number == 1  # no Airflow retry was spent
     # The etl namespace's quota cools east-cpu down for etl pods only, not for the cluster's other tenants.
-    state = FederationHook().state
-    cooldown = state.cooldown("east-cpu", datetime.now(UTC), namespace="etl")
+    hook = FederationHook()
+    cooldown = hook.cooldown("east-cpu", namespace="etl")
     assert cooldown is not None and "quota" in cooldown[1]
-    assert state.cooldown("east-cpu", datetime.now(UTC)) is None
+    assert hook.cooldown("east-cpu") is None
     assert pods_of(sim_federation, "fed_quota_failover") == []
 
 
@@ -213,7 +213,7 @@ def test_waits_for_a_compliant_cluster_then_fails_with_the_reasons(
     hook = FederationHook()
     until = hook.cool_down("west-general", "maintenance")
     state, record, _ = run("fed_wait_timeout")
-    hook.state.clear_cooldown("west-general")
+    hook.clear_cooldown("west-general")
 
     assert state == "failed" and record is not None
     assert record["attempts"] == []  # never placed outside eu-west-1
@@ -392,6 +392,6 @@ def test_deferrable_run_records_pod_start_latency(sim_federation: SimFederation,
         datetime.fromisoformat(attempt["running_at"]),
     )
     assert running >= started.replace(microsecond=0)  # the kubelet reports start times in whole seconds
-    samples = FederationHook().state.history(attempt["cluster"], "start_latency")
+    samples = FederationHook().history(attempt["cluster"], "start_latency")
     assert samples and datetime.fromisoformat(samples[-1]["at"]) == running
     assert 0 <= samples[-1]["seconds"] < 60
