@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from soak import tasklogs
 from soak.audit import Audit, Expectation, TaskKey, audit
 from soak.clusters import ClusterError, Clusters
 from soak.deployment import REPO, Airflow, session_cpu_seconds
@@ -85,6 +86,18 @@ def pods_left(clusters: Clusters) -> int | None:
     return total
 
 
+def archive(work: Path, keep: int = 6) -> None:
+    """Move the previous run of this profile and executor to ``.soak/history/`` (the last ``keep`` stay)."""
+    if not work.exists():
+        return
+    history = work.parent / "history"
+    history.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(work.stat().st_mtime))
+    shutil.move(str(work), str(history / f"{stamp}-{work.name}"))
+    for old in sorted(history.iterdir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def maybe_redis(executor: str, work: Path) -> Iterator[Any]:
     if executor != "celery":
@@ -96,7 +109,7 @@ def maybe_redis(executor: str, work: Path) -> Iterator[Any]:
 
 def soak(profile: Profile, executor: str, work: Path) -> int:
     started = time.monotonic()
-    shutil.rmtree(work, ignore_errors=True)
+    archive(work)
     work.mkdir(parents=True)
     plan = manifest(profile)
     manifest_path = work / "manifest.json"
@@ -160,10 +173,12 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
                 time.sleep(2)
             log(f"pods of the load still in the clusters after settling: {left}")
             result = collect_and_audit(clusters, airflow, plan, run_id, injector, wall0)
+            decisions = tasklogs.summary(tasklogs.decision_seconds(airflow.home / "logs"))
             minutes = (time.monotonic() - started) / 60
-            write_result(work, profile, executor, result, injector, minutes, state, cpu)
+            write_result(work, profile, executor, result, injector, minutes, state, cpu, decisions)
             for line in result.lines():
                 print(line)
+            print(decisions, flush=True)
             print(result.summary(executor, len(injector.applied), minutes), flush=True)
             return 0 if result.clean and len(injector.applied) == len(injector.records) else 1
         finally:
@@ -209,6 +224,7 @@ def write_result(
     minutes: float,
     state: str | None,
     cpu: dict[str, float],
+    decisions: str,
 ) -> None:
     (work / "result.json").write_text(
         json.dumps(
@@ -222,6 +238,7 @@ def write_result(
                 "overcommits": result.overcommits,
                 "unexplained": result.unexplained,
                 "cpu_seconds": cpu,
+                "decisions": decisions,
             },
             indent=1,
         )
