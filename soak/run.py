@@ -36,7 +36,7 @@ from soak.load import (
     regions,
     sim_config,
 )
-from soak.services import postgres, redis
+from soak.services import Postgres, postgres, redis
 
 SETTLE_SECONDS = 60.0
 """After the run ends, how long pods may take to leave the clusters before they count as left behind."""
@@ -173,18 +173,47 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
                 time.sleep(2)
             log(f"pods of the load still in the clusters after settling: {left}")
             result = collect_and_audit(clusters, airflow, plan, run_id, injector, wall0)
-            decisions = tasklogs.summary(tasklogs.decision_seconds(airflow.home / "logs"))
+            figures = [
+                tasklogs.summary(tasklogs.decision_seconds(airflow.home / "logs")),
+                database_figures(pg),
+            ]
             minutes = (time.monotonic() - started) / 60
-            write_result(work, profile, executor, result, injector, minutes, state, cpu, decisions)
+            write_result(work, profile, executor, result, injector, minutes, state, cpu, figures)
             for line in result.lines():
                 print(line)
-            print(decisions, flush=True)
+            for line in figures:
+                print(line, flush=True)
             print(result.summary(executor, len(injector.applied), minutes), flush=True)
             return 0 if result.clean and len(injector.applied) == len(injector.records) else 1
         finally:
             if airflow is not None:
                 airflow.stop()
             clusters.stop()
+
+
+def database_figures(pg: Postgres) -> str:
+    """What the provider left in the metadata database: shared-state Variables and XComs (informational)."""
+    import psycopg2
+
+    with (
+        contextlib.closing(
+            psycopg2.connect(
+                host=pg.host, port=pg.port, user=pg.user, password=pg.password, dbname=pg.database
+            )
+        ) as connection,
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("SELECT count(*), coalesce(sum(length(val)), 0) FROM variable")
+        variables, variable_bytes = cursor.fetchone()
+        cursor.execute(
+            "SELECT count(*), coalesce(sum(octet_length(value::text)), 0), "
+            "coalesce(max(octet_length(value::text)), 0) FROM xcom"
+        )
+        xcoms, xcom_bytes, largest = cursor.fetchone()
+    return (
+        f"metadata database: {variables} Variables ({variable_bytes / 1e6:.1f} MB), {xcoms} XComs "
+        f"({xcom_bytes / 1e6:.1f} MB, largest {largest / 1e3:.0f} KB)"
+    )
 
 
 def collect_and_audit(
@@ -224,7 +253,7 @@ def write_result(
     minutes: float,
     state: str | None,
     cpu: dict[str, float],
-    decisions: str,
+    figures: list[str],
 ) -> None:
     (work / "result.json").write_text(
         json.dumps(
@@ -238,7 +267,7 @@ def write_result(
                 "overcommits": result.overcommits,
                 "unexplained": result.unexplained,
                 "cpu_seconds": cpu,
-                "decisions": decisions,
+                "figures": figures,
             },
             indent=1,
         )
