@@ -249,6 +249,25 @@ def failed_over(record: PlacementRecord) -> bool:
     return any(attempt.outcome in LEFT_OUTCOMES for attempt in record.attempts)
 
 
+def live_state(record: PlacementRecord) -> dict[str, Any] | None:
+    """For a try still waiting or running: since when and why (None once it ended)."""
+    if record.ended_at is not None or record.outcome not in ("waiting", "running"):
+        return None
+    current = record.current
+    if record.outcome == "waiting":
+        since = record.waiting_since or record.started_at
+        why = record.reason or "no compliant cluster has room now"
+    elif current is not None and current.outcome == "running":
+        since = current.started_at
+        left = [a for a in record.attempts if a.outcome in LEFT_OUTCOMES]
+        why = current.decision
+        if left:
+            why = f"failed over from {left[-1].cluster} ({left[-1].outcome}): {current.decision}"
+    else:
+        since, why = record.started_at, record.reason
+    return {"state": record.outcome, "since": since.isoformat(), "why": why}
+
+
 def placement_row(
     value: Any,
     *,
@@ -281,6 +300,7 @@ def placement_row(
         "reason": record.reason,
         "plan_used": record.plan_used,
         "failover": failed_over(record),
+        "live": live_state(record),
         "attempts": [
             {
                 "number": attempt.number,

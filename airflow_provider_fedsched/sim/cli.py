@@ -1,4 +1,4 @@
-"""``fedsched sim up`` (run the simulated federation in the foreground) and ``fedsched sim fault``."""
+"""``fedsched sim up`` (run the simulated federation in the foreground), ``sim fault`` and ``sim status``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,11 @@ def add_parser(subparsers: Any) -> None:
     fault.add_argument("args", nargs="*", help="KEY=VALUE arguments (e.g. node=east-cpu-cpu-1)")
     fault.set_defaults(handler=cmd_fault)
 
+    status = sim_sub.add_parser("status", help="show a running simulator's clusters, faults, nodes and pods")
+    status.add_argument("--state-dir", required=True, help="the --state-dir of 'fedsched sim up'")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(handler=cmd_status)
+
 
 def cmd_up(args: argparse.Namespace) -> int:
     from airflow_provider_fedsched.sim.harness import SimFederation
@@ -82,33 +87,91 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_kv(items: list[str]) -> dict[str, Any]:
+def _parse_kv(items: list[str], keep_keys: bool = False) -> dict[str, Any]:
+    """KEY=VALUE arguments; ``retry-after`` means ``retry_after`` unless ``keep_keys`` (quota resources)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"fault argument {item!r}: expected KEY=VALUE")
-        out[key.replace("-", "_")] = yaml.safe_load(value) if value else ""
+        try:
+            parsed = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            parsed = value
+        out[key if keep_keys else key.replace("-", "_")] = parsed
     return out
 
 
-def cmd_fault(args: argparse.Namespace) -> int:
-    state = Path(args.state_dir)
-    if args.kind not in FAULT_KINDS:
-        raise UsageError(f"unknown fault kind {args.kind!r}; known: {', '.join(FAULT_KINDS)}")
+def _state(state_dir: str) -> tuple[str, dict[str, str | None]]:
+    """The control URL of a running simulator and each cluster's token, from its state folder."""
+    state = Path(state_dir)
     try:
         kubeconfig = yaml.safe_load((state / "kubeconfig").read_text())
         meta = json.loads((state / "sim.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{state}: no running simulator state found ({exc})") from None
-    users = {u["name"]: u["user"].get("token") for u in kubeconfig.get("users") or []}
-    contexts = {c["name"]: c["context"] for c in kubeconfig.get("contexts") or []}
-    if args.cluster not in contexts:
-        raise UsageError(f"unknown cluster {args.cluster!r}; known: {', '.join(contexts)}")
-    token = users.get(contexts[args.cluster]["user"])
-    body = json.dumps({"kind": args.kind, "args": _parse_kv(args.args)}).encode()
+        users = {u["name"]: u["user"].get("token") for u in kubeconfig.get("users") or []}
+        tokens = {c["name"]: users.get(c["context"]["user"]) for c in kubeconfig.get("contexts") or []}
+        return str(meta["control_url"]), tokens
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"--state-dir {state}: no simulator state found ({exc})") from None
+
+
+def _control(url: str, token: str | None, body: bytes | None = None) -> Any:
     request = urllib.request.Request(
-        f"{meta['control_url']}/sim/v1/clusters/{args.cluster}/faults",
+        url,
+        data=body,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST" if body is not None else "GET",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    control_url, tokens = _state(args.state_dir)
+    statuses = {}
+    try:
+        for name, token in tokens.items():
+            statuses[name] = _control(f"{control_url}/sim/v1/clusters/{name}/status", token)
+    except urllib.error.HTTPError as exc:
+        raise UsageError(
+            f"--state-dir {args.state_dir}: the simulator refused the status query ({exc})"
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        print(f"sim: not running (state {args.state_dir}; control endpoint {control_url}: {reason})")
+        return 1
+    if args.json:
+        print(json.dumps({"control_url": control_url, "clusters": statuses}, indent=2))
+        return 0
+    print(f"sim: running, control {control_url}")
+    for name, s in statuses.items():
+        faults = [
+            "DOWN" if not s["serving"] else "",
+            f"latency {s['latency_seconds']}s" if s["latency_seconds"] else "",
+            f"{s['pending_error_bursts']} injected errors pending" if s["pending_error_bursts"] else "",
+            "scheduler paused" if s["scheduler_paused"] else "",
+            f"not ready: {', '.join(s['nodes']['not_ready'])}" if s["nodes"]["not_ready"] else "",
+        ]
+        pods = ", ".join(f"{phase} {count}" for phase, count in s["pods"].items()) or "no pods"
+        print(
+            f"  {name}: {s['url']}  nodes {s['nodes']['ready']}/{s['nodes']['total']} ready  pods: {pods}"
+            f"  jobs {s['jobs']}  requests {s['requests']}"
+            + ("  [" + "; ".join(f for f in faults if f) + "]" if any(faults) else "")
+        )
+    return 0
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    if args.kind not in FAULT_KINDS:
+        raise UsageError(f"unknown fault kind {args.kind!r}; known: {', '.join(FAULT_KINDS)}")
+    control_url, tokens = _state(args.state_dir)
+    if args.cluster not in tokens:
+        raise UsageError(f"unknown cluster {args.cluster!r}; known: {', '.join(tokens)}")
+    token = tokens[args.cluster]
+    fault_args = _parse_kv(args.args, keep_keys=args.kind == "quota")
+    body = json.dumps({"kind": args.kind, "args": fault_args}).encode()
+    request = urllib.request.Request(
+        f"{control_url}/sim/v1/clusters/{args.cluster}/faults",
         data=body,
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         method="POST",

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_fedsched.federation.resources import QuantityError, parse_quantity
+from airflow_provider_fedsched.sim.util import quantity_too_large
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -23,6 +24,9 @@ class _Model(BaseModel):
 
 
 def _quantity(value: Any) -> str:
+    too_large = quantity_too_large(value)
+    if too_large:
+        raise ValueError(too_large)
     try:
         parse_quantity(value)
     except QuantityError as exc:
@@ -174,69 +178,41 @@ def load_config(path: str | Path) -> SimConfig:
     return parse_config(data, str(path))
 
 
+DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
+
+
 def default_config(time_scale: float = 1.0) -> SimConfig:
-    """Three clusters: cheap CPU in cn-east, pricey GPUs in cn-north, mid-size general in eu-west."""
-    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-    return parse_config(
-        {
-            "time_scale": time_scale,
-            "clusters": [
-                {
-                    "name": "east-cpu",
-                    "region": "cn-east-1",
-                    "group": "cn-east",
-                    "labels": {"gpu": "false", "colocation-ready": "true"},
-                    "prices": {"cpu_hour": 0.02, "memory_gib_hour": 0.002, "gpu_hour": 0, "egress_gb": 0.05},
-                    "node_pools": [{"name": "cpu", "count": 3, "cpu": "8", "memory": "32Gi"}],
-                },
-                {
-                    "name": "north-gpu",
-                    "region": "cn-north-1",
-                    "group": "cn-north",
-                    "labels": {"gpu": "true"},
-                    "prices": {
-                        "cpu_hour": 0.06,
-                        "memory_gib_hour": 0.006,
-                        "gpu_hour": 2.5,
-                        "egress_gb": 0.08,
-                    },
-                    "node_pools": [
-                        {
-                            "name": "gpu",
-                            "count": 4,
-                            "cpu": "8",
-                            "memory": "64Gi",
-                            "extra": {"nvidia.com/gpu": "2"},
-                            "labels": {"accelerator": "nvidia"},
-                            "taints": [gpu_taint],
-                        },
-                        {"name": "cpu", "count": 1, "cpu": "8", "memory": "32Gi"},
-                    ],
-                },
-                {
-                    "name": "west-general",
-                    "region": "eu-west-1",
-                    "group": "eu-west",
-                    "labels": {"gpu": "false"},
-                    "prices": {"cpu_hour": 0.04, "memory_gib_hour": 0.004, "gpu_hour": 0, "egress_gb": 0.09},
-                    "node_pools": [{"name": "general", "count": 4, "cpu": "16", "memory": "64Gi"}],
-                },
-            ],
-            "datasets": [
-                {
-                    "name": "user-events",
-                    "cluster": "east-cpu",
-                    "size_gb": 500,
-                    "allowed_regions": ["cn-east-1", "cn-north-1"],
-                },
-                {
-                    "name": "eu-customers",
-                    "cluster": "west-general",
-                    "size_gb": 50,
-                    "allowed_regions": ["eu-west-1"],
-                },
-                {"name": "clickstream-archive", "cluster": "north-gpu", "size_gb": 2000},
-            ],
-        },
-        "default config",
-    )
+    """The default federation of ``defaults.yaml`` (three clusters; see its header)."""
+    config = load_config(DEFAULTS_FILE)
+    return config.model_copy(update={"time_scale": time_scale})
+
+
+def conn_id(cluster: str) -> str:
+    """The Airflow connection id of a simulated cluster: ``k8s_`` + its name with ``-`` as ``_``."""
+    return "k8s_" + cluster.replace("-", "_")
+
+
+def default_policy() -> dict[str, Any]:
+    policy = yaml.safe_load(DEFAULTS_FILE.read_text())["policy"]
+    assert isinstance(policy, dict)
+    return policy
+
+
+def federation_spec(cfg: SimConfig) -> dict[str, Any]:
+    """The federation spec of a simulated federation (what ``fedsched sim up`` writes as federation.yaml)."""
+    return {
+        "clusters": [
+            {
+                "name": c.name,
+                "conn_id": conn_id(c.name),
+                "region": c.region,
+                "group": c.group,
+                "labels": dict(c.labels),
+                "taints": [t.model_dump() for t in c.taints],
+                "prices": c.prices.model_dump(),
+            }
+            for c in cfg.clusters
+        ],
+        "datasets": [{k: v for k, v in d.model_dump().items() if v is not None} for d in cfg.datasets],
+        "policy": cfg.policy or default_policy(),
+    }

@@ -3,7 +3,8 @@
 Control endpoint (its own port, so it survives a cluster's ``down``):
 ``POST /sim/v1/clusters/{cluster}/faults`` with ``Authorization: Bearer <that cluster's token>``
 and a JSON body ``{"kind": KIND, "args": {...}}``; ``GET /sim/v1/clusters/{cluster}/journal``
-(same header, optional ``namespace`` and ``labelSelector``) answers the execution journal.
+(same header, optional ``namespace`` and ``labelSelector``) answers the execution journal, and
+``GET /sim/v1/clusters/{cluster}/status`` what ``fedsched sim status`` prints.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from airflow_provider_fedsched.sim.selectors import parse_label_selector
+from airflow_provider_fedsched.sim.apiserver.selectors import parse_label_selector
 from airflow_provider_fedsched.sim.util import ApiError
 
 if TYPE_CHECKING:
@@ -38,8 +39,21 @@ FAULT_KINDS: dict[str, str] = {
     "high-priority pod that may preempt",
     "pause-scheduler": "stop scheduling (pods stay Pending, no events)",
     "resume-scheduler": "resume scheduling",
+    "quota": "[namespace=default] [name=compute] RESOURCE=QUANTITY...: set that ResourceQuota's hard limits "
+    "(e.g. requests.cpu=2 pods=5); no RESOURCE removes it",
     "clear": "remove latency and pending error bursts",
 }
+
+
+def set_quota_fault(cluster: Cluster, args: dict[str, Any]) -> dict[str, Any]:
+    namespace = str(args.pop("namespace", "default"))
+    name = str(args.pop("name", "compute"))
+    hard = {str(k): str(v) for k, v in args.items()}
+    if not hard:
+        cluster.remove_quota(namespace, name)
+        return {"ok": True, "removed": f"{namespace}/{name}"}
+    quota = cluster.set_quota(namespace, hard, name)
+    return {"ok": True, "quota": f"{namespace}/{name}", "status": quota.get("status", {})}
 
 
 async def apply_fault(cluster: Cluster, kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,11 +82,11 @@ async def apply_fault(cluster: Cluster, kind: str, args: Mapping[str, Any]) -> d
         elif kind == "expire-watches":
             return {"watches": faults.expire_watches()}
         elif kind == "node-not-ready":
-            faults.node_not_ready(str(a["node"]))
+            cluster.node_not_ready(str(a["node"]))
         elif kind == "node-ready":
-            faults.node_ready(str(a["node"]))
+            cluster.node_ready(str(a["node"]))
         elif kind == "evict":
-            faults.evict_pod(
+            cluster.evict_node_pressure(
                 str(a.get("namespace", "default")), str(a["name"]), str(a.get("resource", "memory"))
             )
         elif kind == "api-evict":
@@ -87,9 +101,11 @@ async def apply_fault(cluster: Cluster, kind: str, args: Mapping[str, Any]) -> d
                 int(a.get("priority", 1000000)),
             )
         elif kind == "pause-scheduler":
-            faults.pause_scheduler()
+            cluster.scheduler.pause()
         elif kind == "resume-scheduler":
-            faults.resume_scheduler()
+            cluster.scheduler.resume()
+        elif kind == "quota":
+            return set_quota_fault(cluster, a)
         elif kind == "clear":
             faults.clear()
         else:
@@ -142,6 +158,41 @@ def journal_report(cluster: Cluster, namespace: str | None, label_selector: str 
     return report
 
 
+def cluster_status(cluster: Cluster) -> dict[str, Any]:
+    """What ``fedsched sim status`` shows for one cluster: serving, faults, nodes and pods."""
+    nodes = cluster.store.list("nodes")
+    ready = [
+        n["metadata"]["name"]
+        for n in nodes
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in n["status"].get("conditions") or []
+        )
+    ]
+    phases: dict[str, int] = {}
+    for pod in cluster.store.list("pods"):
+        phase = (pod.get("status") or {}).get("phase") or "Unknown"
+        phase = "Terminating" if pod["metadata"].get("deletionTimestamp") else phase
+        phases[phase] = phases.get(phase, 0) + 1
+    faults = cluster.faults
+    return {
+        "cluster": cluster.name,
+        "url": cluster.url,
+        "serving": not faults.is_down,
+        "latency_seconds": faults.latency_seconds,
+        "pending_error_bursts": sum(rule.remaining for rule in faults.rules),
+        "scheduler_paused": cluster.scheduler.paused,
+        "nodes": {
+            "total": len(nodes),
+            "ready": len(ready),
+            "not_ready": sorted(set(n["metadata"]["name"] for n in nodes) - set(ready)),
+        },
+        "pods": dict(sorted(phases.items())),
+        "jobs": len(cluster.store.objects["jobs"]),
+        "requests": cluster.requests.count(),
+    }
+
+
 def build_control_app(clusters: Mapping[str, Cluster]) -> web.Application:
     def authorized(request: web.Request) -> Cluster:
         name = request.match_info["cluster"]
@@ -174,11 +225,19 @@ def build_control_app(clusters: Mapping[str, Cluster]) -> web.Application:
             return web.json_response(exc.status(), status=exc.code)
         return web.json_response(report)
 
+    async def status(request: web.Request) -> web.Response:
+        try:
+            cluster = authorized(request)
+        except ApiError as exc:
+            return web.json_response(exc.status(), status=exc.code)
+        return web.json_response(cluster_status(cluster))
+
     async def health(request: web.Request) -> web.Response:
         return web.json_response({"clusters": {n: c.url for n, c in clusters.items()}})
 
     app = web.Application()
     app.router.add_post("/sim/v1/clusters/{cluster}/faults", faults)
     app.router.add_get("/sim/v1/clusters/{cluster}/journal", journal)
+    app.router.add_get("/sim/v1/clusters/{cluster}/status", status)
     app.router.add_get("/sim/v1/clusters", health)
     return app

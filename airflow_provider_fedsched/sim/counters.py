@@ -9,6 +9,10 @@ Lives on the simulator loop like the rest of the cluster state; the harness read
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
 
 
 class RequestCounter:
@@ -36,3 +40,16 @@ class RequestCounter:
 
     def reset(self) -> None:
         self.counts.clear()
+
+
+def counting_middleware(counter: RequestCounter, skip: Callable[[], bool]) -> Any:
+    """The outermost middleware: count every request unless ``skip()`` (the cluster is down)."""
+
+    @web.middleware
+    async def count(request: web.Request, handler: Any) -> web.StreamResponse:
+        if not skip():
+            counter.record(request.method, request.path)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return count

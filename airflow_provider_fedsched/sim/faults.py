@@ -1,7 +1,7 @@
-"""Per-cluster fault injection: API latency, outages, error bursts, watch disruptions and node/pod faults.
+"""API faults of one cluster: latency, outages, error bursts and watch disruptions, in a middleware.
 
-API faults act in an aiohttp middleware; controller faults call into the cluster. All methods run on the
-simulator loop; the harness wraps them for other threads and the control endpoint exposes them over HTTP.
+Controller faults (nodes, evictions, the scheduler) are operations on the controllers; ``control.py`` names
+both kinds. Everything runs on the simulator loop; the harness and the control endpoint call in.
 """
 
 from __future__ import annotations
@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
+from airflow_provider_fedsched.sim.apiserver.server import ApiServer
+from airflow_provider_fedsched.sim.apiserver.store import Store
 from airflow_provider_fedsched.sim.util import ApiError
-
-if TYPE_CHECKING:
-    from airflow_provider_fedsched.sim.cluster import Cluster
 
 CONTROL_PREFIX = "/sim/v1/"
 DROP = "drop"
@@ -33,8 +32,9 @@ class FailRule:
 
 
 class FaultPlan:
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
+    def __init__(self, server: ApiServer, store: Store) -> None:
+        self.server = server
+        self.store = store
         self.latency_seconds = 0.0
         self.rules: list[FailRule] = []
         self.is_down = False
@@ -67,11 +67,11 @@ class FaultPlan:
     async def down(self) -> None:
         """Stop listening on the cluster's port: clients get ECONNREFUSED until :meth:`up`."""
         self.is_down = True
-        await self.cluster.unbind()
+        await self.server.unbind()
 
     async def up(self) -> None:
-        if self.cluster.site is None:
-            await self.cluster.bind()
+        if self.server.site is None:
+            await self.server.bind()
         self.is_down = False
 
     def drop_watches(self) -> int:
@@ -80,14 +80,14 @@ class FaultPlan:
 
     def expire_watches(self) -> int:
         """Send a 410 Expired ERROR event on every open watch, and forget history so resumes 410 too."""
-        self.cluster.store.compact()
+        self.store.compact()
         return self._signal_watchers(EXPIRE)
 
     def compact(self) -> None:
-        self.cluster.store.compact()
+        self.store.compact()
 
     def _signal_watchers(self, signal: str) -> int:
-        watchers = list(self.cluster.store.watchers)
+        watchers = list(self.store.watchers)
         for watcher in watchers:
             watcher.queue.put_nowait(signal)
         return len(watchers)
@@ -95,23 +95,6 @@ class FaultPlan:
     def clear(self) -> None:
         self.latency_seconds = 0.0
         self.rules.clear()
-
-    # -- controller faults ---------------------------------------------------------------------------
-    def node_not_ready(self, node: str) -> None:
-        self.cluster.node_not_ready(node)
-
-    def node_ready(self, node: str) -> None:
-        self.cluster.node_ready(node)
-
-    def evict_pod(self, namespace: str, name: str, resource: str = "memory") -> None:
-        """Node-pressure eviction by the kubelet (pod Failed/Evicted, not deleted)."""
-        self.cluster.evict_node_pressure(namespace, name, resource)
-
-    def pause_scheduler(self) -> None:
-        self.cluster.scheduler.pause()
-
-    def resume_scheduler(self) -> None:
-        self.cluster.scheduler.resume()
 
     # -- middleware ----------------------------------------------------------------------------------
     def match(self, request: web.Request) -> FailRule | None:

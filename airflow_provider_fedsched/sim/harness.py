@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
+import logging
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,255 +20,22 @@ import yaml
 from aiohttp import web
 
 from airflow_provider_fedsched.sim.cluster import Cluster, SimPortInUse
-from airflow_provider_fedsched.sim.config import SimConfig, default_config, load_config, parse_config
-from airflow_provider_fedsched.sim.control import (
-    apply_fault,
-    build_control_app,
-    journal_report,
-    submit_priority_pod,
+from airflow_provider_fedsched.sim.config import (
+    SimConfig,
+    conn_id,
+    default_config,
+    federation_spec,
+    load_config,
+    parse_config,
 )
+from airflow_provider_fedsched.sim.control import build_control_app
+from airflow_provider_fedsched.sim.handles import ClusterHandle, SimTimeout, wait_for
 from airflow_provider_fedsched.sim.util import Clock
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
-DEFAULT_POLICY = {
-    "weights": {"cost": 0.35, "locality": 0.25, "proximity": 0.15, "headroom": 0.15, "forecast": 0.10},
-    "snapshot_ttl_seconds": 15,
-    "cooldown_seconds": 60,
-}
-
-
-class SimTimeout(AssertionError):
-    """``wait_for`` gave up."""
-
-
-def wait_for(
-    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, message: str = ""
-) -> T:
-    """Poll ``predicate`` until it returns something truthy; return that value, or raise SimTimeout."""
-    deadline = time.monotonic() + timeout
-    last: T = predicate()
-    while not last:
-        if time.monotonic() > deadline:
-            raise SimTimeout(f"condition not met within {timeout}s{': ' + message if message else ''}")
-        time.sleep(interval)
-        last = predicate()
-    return last
-
-
-def conn_id(cluster: str) -> str:
-    return "k8s_" + cluster.replace("-", "_")
-
-
-class FaultsHandle:
-    def __init__(self, fed: SimFederation, cluster: Cluster) -> None:
-        self._fed, self._cluster = fed, cluster
-
-    def apply(self, kind: str, **args: Any) -> dict[str, Any]:
-        return self._fed.run(apply_fault(self._cluster, kind, args))
-
-    def latency(self, seconds: float) -> None:
-        self.apply("latency", seconds=seconds)
-
-    def down(self) -> None:
-        self.apply("down")
-
-    def up(self) -> None:
-        self.apply("up")
-
-    def fail(
-        self,
-        status: int = 503,
-        times: int = 1,
-        route: str | None = None,
-        retry_after: int | None = None,
-        method: str | None = None,
-    ) -> None:
-        self.apply("fail", status=status, times=times, route=route, retry_after=retry_after, method=method)
-
-    def drop_watches(self) -> int:
-        return int(self.apply("drop-watches")["watches"])
-
-    def expire_watches(self) -> int:
-        return int(self.apply("expire-watches")["watches"])
-
-    def node_not_ready(self, node: str) -> None:
-        self.apply("node-not-ready", node=node)
-
-    def node_ready(self, node: str) -> None:
-        self.apply("node-ready", node=node)
-
-    def evict_pod(self, namespace: str, name: str, resource: str = "memory") -> None:
-        self.apply("evict", namespace=namespace, name=name, resource=resource)
-
-    def api_evict(self, namespace: str, name: str) -> None:
-        self.apply("api-evict", namespace=namespace, name=name)
-
-    def clear(self) -> None:
-        self.apply("clear")
-
-
-class SchedulerHandle:
-    def __init__(self, fed: SimFederation, cluster: Cluster) -> None:
-        self._fed, self._cluster = fed, cluster
-
-    def pause(self) -> None:
-        self._fed.call(self._cluster.scheduler.pause)
-
-    def resume(self) -> None:
-        self._fed.call(self._cluster.scheduler.resume)
-
-
-class ClusterHandle:
-    """Thread-safe handle on one simulated cluster."""
-
-    def __init__(self, fed: SimFederation, cluster: Cluster) -> None:
-        self._fed = fed
-        self.cluster = cluster
-        self.name = cluster.name
-        self.config = cluster.config
-        self.faults = FaultsHandle(fed, cluster)
-        self.scheduler = SchedulerHandle(fed, cluster)
-
-    @property
-    def store(self) -> Any:
-        """The raw store; read it through :meth:`call` (it belongs to the simulator thread)."""
-        return self.cluster.store
-
-    @property
-    def url(self) -> str:
-        return self.cluster.url
-
-    @property
-    def port(self) -> int:
-        return self.cluster.port
-
-    @property
-    def token(self) -> str:
-        return self.cluster.token
-
-    @property
-    def conn_id(self) -> str:
-        return conn_id(self.name)
-
-    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return self._fed.call(fn, *args, **kwargs)
-
-    def _snapshot(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        return self.call(lambda: copy.deepcopy(self.cluster.store.list(plural, namespace)))
-
-    def pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        return self._snapshot("pods", namespace)
-
-    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.call(lambda: copy.deepcopy(self.cluster.store.get("pods", namespace, name)))
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return self._snapshot("nodes")
-
-    def node(self, name: str) -> dict[str, Any] | None:
-        return self.call(lambda: copy.deepcopy(self.cluster.store.get("nodes", "", name)))
-
-    def events(self, namespace: str | None = None, involved: str | None = None) -> list[dict[str, Any]]:
-        events = self._snapshot("events", namespace)
-        return [e for e in events if involved is None or e["involvedObject"]["name"] == involved]
-
-    def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self.call(lambda: copy.deepcopy(self.cluster.create_pod(namespace, body)))
-
-    def delete_pod(self, namespace: str, name: str, grace: int | None = None) -> None:
-        self.call(self.cluster.delete_pod, namespace, name, grace)
-
-    def priority_pod(
-        self,
-        name: str,
-        namespace: str = "default",
-        cpu: str = "1",
-        memory: str = "1Gi",
-        priority: int = 1000000,
-    ) -> dict[str, Any]:
-        return self.call(
-            lambda: copy.deepcopy(submit_priority_pod(self.cluster, name, namespace, cpu, memory, priority))
-        )
-
-    def add_node(
-        self,
-        name: str | None = None,
-        cpu: str = "4",
-        memory: str = "16Gi",
-        pods: int = 110,
-        extra: dict[str, str] | None = None,
-        labels: dict[str, str] | None = None,
-        taints: list[dict[str, str]] | None = None,
-    ) -> dict[str, Any]:
-        return self.call(
-            lambda: copy.deepcopy(self.cluster.add_node(name, cpu, memory, pods, extra, labels, taints))
-        )
-
-    def set_quota(self, namespace: str, hard: dict[str, str], name: str = "compute") -> dict[str, Any]:
-        return self.call(lambda: copy.deepcopy(self.cluster.set_quota(namespace, hard, name)))
-
-    def request_count(self, method: str | None = None, path: str | None = None) -> int:
-        """API requests this cluster received since start (or the last reset).
-
-        ``method`` matches any case; ``path`` (no query string) matches exactly, or as a prefix when it
-        ends with ``*``: ``request_count("GET", "/api/v1/nodes")``, ``request_count(path="/api/v1/*")``.
-        Requests answered with errors or injected faults count; control-endpoint calls and requests
-        dropped while the cluster is down do not.
-        """
-        return self.call(self.cluster.requests.count, method, path)
-
-    def request_counts(self) -> dict[tuple[str, str], int]:
-        """Every ``(METHOD, path)`` seen and its count."""
-        return self.call(self.cluster.requests.snapshot)
-
-    def reset_request_counts(self) -> None:
-        self.call(self.cluster.requests.reset)
-
-    def journal(
-        self, namespace: str | None = None, label_selector: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Every pod run this cluster has seen (deleted pods included); see docs/simulator.md."""
-        pods: list[dict[str, Any]] = self.journal_report(namespace, label_selector)["pods"]
-        return pods
-
-    def journal_report(
-        self, namespace: str | None = None, label_selector: str | None = None
-    ) -> dict[str, Any]:
-        """``{"cluster", "observed_at", "dropped", "pods": [...], "nodes": {name: load}}``."""
-        return self.call(journal_report, self.cluster, namespace, label_selector)
-
-    def node_loads(self) -> dict[str, dict[str, Any]]:
-        """Per node: allocatable, used now, peak, and every over-commit seen (none on a sound cluster)."""
-        return self.call(self.cluster.journal.node_loads)
-
-    def logs(self, namespace: str, name: str, container: str = "base") -> list[str]:
-        def read() -> list[str]:
-            pod = self.cluster.store.get("pods", namespace, name)
-            if pod is None:
-                return []
-            buf = self.cluster.kubelet.logs.get((pod["metadata"]["uid"], container))
-            return [line for _, line in buf.lines] if buf else []
-
-        return self.call(read)
-
-    def wait_for_pod(
-        self, namespace: str, name: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
-    ) -> dict[str, Any]:
-        def check() -> dict[str, Any]:
-            pod = self.pod(namespace, name)
-            return pod if pod is not None and predicate(pod) else {}
-
-        return wait_for(check, timeout, message=f"pod {namespace}/{name} on {self.name}")
-
-    def wait_for_phase(self, namespace: str, name: str, phase: str, timeout: float = 10.0) -> dict[str, Any]:
-        return self.wait_for_pod(
-            namespace, name, lambda p: p.get("status", {}).get("phase") == phase, timeout
-        )
-
-    def wait_for_gone(self, namespace: str, name: str, timeout: float = 10.0) -> None:
-        wait_for(
-            lambda: self.pod(namespace, name) is None, timeout, message=f"pod {namespace}/{name} deleted"
-        )
+CONTROL = "__control__"
 
 
 class SimFederation:
@@ -351,17 +117,36 @@ class SimFederation:
         self.write_files()
         return self
 
+    def remembered_ports(self) -> dict[str, int]:
+        """Ports of the last run in this state folder (``sim.json``), to serve on again: cluster -> port."""
+        if self._tmp is not None:
+            return {}
+        try:
+            meta = json.loads((self.state_dir / "sim.json").read_text())
+            ports = {name: int(c["url"].rsplit(":", 1)[1]) for name, c in meta["clusters"].items()}
+            ports[CONTROL] = int(meta["control_url"].rsplit(":", 1)[1])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+            return {}
+        return {k: v for k, v in ports.items() if 0 < v < 65536}
+
     async def _astart(self) -> None:
+        remembered = self.remembered_ports()
         for cfg in self.config.clusters:
-            cluster = Cluster(cfg, self.clock)
+            # An explicit ``port:`` must be free; a remembered one is used when it still is.
+            cluster = Cluster(cfg, self.clock, preferred_port=0 if cfg.port else remembered.get(cfg.name, 0))
             self.clusters[cfg.name] = cluster
             await cluster.start()
         self._control = web.AppRunner(build_control_app(self.clusters), handle_signals=False, access_log=None)
         await self._control.setup()
-        site = web.TCPSite(self._control, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None)
+        for port in dict.fromkeys((remembered.get(CONTROL, 0), 0)):
+            site = web.TCPSite(self._control, "127.0.0.1", port, reuse_address=True)
+            try:
+                await site.start()
+            except OSError:
+                log.warning("sim: control port %s is taken; using a free one", port)
+                continue
+            break
+        sockets = getattr(site._server, "sockets", None)
         port = int(sockets[0].getsockname()[1]) if sockets else 0
         self.control_url = f"http://127.0.0.1:{port}"
 
@@ -434,23 +219,7 @@ class SimFederation:
         }
 
     def federation_spec(self) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "clusters": [
-                {
-                    "name": c.name,
-                    "conn_id": conn_id(c.name),
-                    "region": c.region,
-                    "group": c.group,
-                    "labels": dict(c.labels),
-                    "taints": [t.model_dump() for t in c.taints],
-                    "prices": c.prices.model_dump(),
-                }
-                for c in cfg.clusters
-            ],
-            "datasets": [{k: v for k, v in d.model_dump().items() if v is not None} for d in cfg.datasets],
-            "policy": cfg.policy or DEFAULT_POLICY,
-        }
+        return federation_spec(self.config)
 
     def airflow_env(self) -> str:
         lines = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from datetime import UTC, datetime
@@ -108,3 +109,63 @@ class Clock:
 
     async def sleep(self, sim_seconds: float) -> None:
         await asyncio.sleep(self.real(sim_seconds))
+
+
+# Query parameters bounded as a real cluster never needs, so that no value costs time or memory.
+MAX_QUERY_INT = 2**53
+
+
+def int_query(query: Any, name: str, minimum: int | None = None) -> int | None:
+    """An integer query parameter, or None when absent; a bad value is a 400 naming the parameter."""
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(
+            400, f'{name}: Invalid value: "{raw}": strconv.ParseInt: parsing "{raw}": invalid syntax'
+        ) from None
+    if minimum is not None and value < minimum:
+        raise ApiError(400, f"{name}: Invalid value: {value}: must be greater than or equal to {minimum}")
+    if abs(value) > MAX_QUERY_INT:
+        raise ApiError(400, f"{name}: Invalid value: {raw}: out of range")
+    return value
+
+
+def time_query(query: Any, name: str) -> float | None:
+    """An RFC 3339 query parameter (``sinceTime``) as epoch seconds; a bad value is a 400."""
+    raw = query.get(name)
+    if not raw:
+        return None
+    try:
+        return parse_time(raw)
+    except (ValueError, OverflowError):
+        raise ApiError(400, f'{name}: Invalid value: "{raw}": not an RFC 3339 time') from None
+
+
+_QUANTITY_SHAPE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([eE][+-]?\d+)|[A-Za-z]*)$")
+# Kubernetes quantities fit in 63 bits of milli-units; far larger numbers (1e999999999) would cost
+# unbounded time and memory to compute exactly, so they are refused before anything parses them.
+MAX_QUANTITY_DIGITS = 40
+MAX_QUANTITY_EXPONENT = 30
+
+
+def quantity_too_large(value: Any) -> str | None:
+    """Why ``value`` is beyond any Kubernetes quantity (a message), or None when it may be parsed."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return None if abs(value) < 10**MAX_QUANTITY_EXPONENT else f"{value!r}: quantity too large"
+    if not isinstance(value, str):
+        return None  # the parser names what is wrong with it
+    text = value.strip()
+    match = _QUANTITY_SHAPE.match(text)
+    if match is None:
+        return None
+    if len(match.group(1)) > MAX_QUANTITY_DIGITS:
+        return f"{value!r}: quantity too large (more than {MAX_QUANTITY_DIGITS} digits)"
+    exponent = match.group(4)
+    if exponent and abs(int(exponent[1:])) > MAX_QUANTITY_EXPONENT:
+        return f"{value!r}: quantity too large (exponent beyond {MAX_QUANTITY_EXPONENT})"
+    return None

@@ -108,6 +108,20 @@ class SnapshotStore(_Store):
         return result
 
 
+class QuotaLimitStore(_Store):
+    """Per cluster, each namespace's hard quota limits (from the latest snapshot that answered)."""
+
+    def put(self, cluster: str, limits: Mapping[str, Mapping[str, int]]) -> None:
+        key = self._key("quota-limits", cluster)
+        document = {ns: dict(values) for ns, values in limits.items()}
+        if self.backend.get(key) != document:  # written only when a quota changed
+            self.backend.set(key, document)
+
+    def get(self, cluster: str) -> dict[str, dict[str, int]]:
+        raw = self.backend.get(self._key("quota-limits", cluster))
+        return {str(ns): dict(values) for ns, values in raw.items()} if isinstance(raw, dict) else {}
+
+
 class CooldownStore(_Store):
     """Clusters (or one namespace of a cluster) that take no new work until a moment."""
 
@@ -325,6 +339,7 @@ class FederationState:
         self.backend = backend
         self.prefix = f"fedsched/{federation}"
         self.snapshots = SnapshotStore(backend, self.prefix)
+        self.quota_limits = QuotaLimitStore(backend, self.prefix)
         self.cooldowns = CooldownStore(backend, self.prefix)
         self.reservations = ReservationStore(backend, self.prefix)
         self.leases = LeaseStore(backend, self.prefix)

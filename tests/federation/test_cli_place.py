@@ -183,7 +183,7 @@ def test_bad_files_exit_2_naming_the_file_and_field(
                 write(
                     tmp_path,
                     "snap.yaml",
-                    (EXAMPLES / "snapshots.yaml").read_text().replace("memory: 64Gi", "memory: 64GiB", 1),
+                    (EXAMPLES / "snapshots.yaml").read_text().replace("memory: 32Gi", "memory: 32GiB", 1),
                 ),
             ],
             "clusters[0].nodes[0].allocatable.memory:",

@@ -135,7 +135,7 @@ def test_spec_model_itself_rejects_cross_reference_errors() -> None:
 def test_example_snapshots_round_trip_through_dump() -> None:
     snapshots = load_snapshots(EXAMPLES / "snapshots.yaml")
     assert set(snapshots) == {"east-cpu", "north-gpu", "west-general"}
-    gpu_node = next(n for n in snapshots["north-gpu"].nodes if n.name == "north-gpu-0")
+    gpu_node = next(n for n in snapshots["north-gpu"].nodes if n.name == "north-gpu-gpu-1")
     assert gpu_node.allocatable["nvidia.com/gpu"] == 2 and gpu_node.free["nvidia.com/gpu"] == 1
     assert snapshots["east-cpu"].observed_at.tzinfo is not None
     assert load_snapshots(dump_snapshots(snapshots)) == snapshots

@@ -99,7 +99,11 @@ def test_api_down_then_back(fed: SimFederation, spec_path: Path) -> None:
         fed["east-cpu"].faults.up()
     back = hook.collect(["east-cpu"])["east-cpu"]
 
-    assert not down.reachable and down.reason is not None and "unreachable" in down.reason
+    assert (
+        not down.reachable
+        and down.reason is not None
+        and "connection refused at http://127.0.0.1" in down.reason
+    )
     assert "token" not in down.reason.lower()
     assert back.reachable and len(back.nodes) == 3
     decision = hook.engine.decide(

@@ -63,3 +63,25 @@ def test_failover_filter_includes_every_failure_kind(one_row_per_failure_kind: l
     assert total == len(one_row_per_failure_kind)
     assert sorted(row["task_id"] for row in rows) == one_row_per_failure_kind
     assert all(row["failover"] for row in rows)
+
+
+def test_a_waiting_or_running_try_is_live_and_an_ended_one_is_not() -> None:
+    from datetime import UTC, datetime
+
+    from airflow_provider_fedsched.federation.record import PlacementRecord
+
+    now = datetime.now(UTC)
+    why = "west-general: Reachable: unreachable: connection refused at https://w:6443"
+    waiting = PlacementRecord(
+        dag_id="d", run_id="r", task_id="t", try_number=1, started_at=now, outcome="waiting", reason=why,
+        waiting_since=now,
+    )  # fmt: skip
+    row = history.placement_row(
+        waiting.model_dump(mode="json"), dag_id="d", run_id="r", task_id="t", map_index=-1, recorded_at=now
+    )
+    assert row["live"] == {"state": "waiting", "since": now.isoformat(), "why": waiting.reason}
+    ended = waiting.model_copy(update={"outcome": "failed", "ended_at": now})
+    row = history.placement_row(
+        ended.model_dump(mode="json"), dag_id="d", run_id="r", task_id="t", map_index=-1, recorded_at=now
+    )
+    assert row["live"] is None

@@ -122,7 +122,8 @@ def test_field_selectors_and_pagination(east: client.CoreV1Api) -> None:
 
 def test_patch_types_and_replace_conflict(east: client.CoreV1Api) -> None:
     name = unique("patch")
-    east.create_namespaced_pod("default", pod_body(name, labels={"a": "1"}))
+    # Never scheduled, so nothing but this test changes it (no resourceVersion races with the kubelet).
+    east.create_namespaced_pod("default", pod_body(name, labels={"a": "1"}, schedulerName="manual"))
     patched = east.patch_namespaced_pod(
         name, "default", {"metadata": {"labels": {"already_checked": "True"}}}
     )

@@ -78,7 +78,12 @@ def test_kubectl_against_every_context(fed: SimFederation, version: str, tmp_pat
                 )
             )
         )
-        _kubectl(version, kubeconfig, *ctx, "create", "--validate=false", "-f", str(manifest))
+        # No flags: kubectl reads the OpenAPI documents (v2 protobuf, v3) and validates on the server.
+        assert f"pod/{name} created" in _kubectl(version, kubeconfig, *ctx, "apply", "-f", str(manifest))
+        relabelled = yaml.safe_load(manifest.read_text())
+        relabelled["metadata"]["labels"] = {"applied": "again"}
+        manifest.write_text(yaml.safe_dump(relabelled))
+        assert f"pod/{name} configured" in _kubectl(version, kubeconfig, *ctx, "apply", "-f", str(manifest))
         _kubectl(
             version,
             kubeconfig,
@@ -91,6 +96,38 @@ def test_kubectl_against_every_context(fed: SimFederation, version: str, tmp_pat
         assert _kubectl(version, kubeconfig, *ctx, "logs", name).strip() == "hello kubectl"
         described = _kubectl(version, kubeconfig, *ctx, "describe", "pod", name)
         assert "Successfully assigned default/" in described and "Succeeded" in described
-        assert name in _kubectl(version, kubeconfig, *ctx, "get", "pods", "-l", "!nothing")
+        assert name in _kubectl(version, kubeconfig, *ctx, "get", "pods", "-l", "applied=again")
+        # Server-side printing: the columns of a real cluster.
+        pods = _kubectl(version, kubeconfig, *ctx, "get", "pods", name).splitlines()
+        assert pods[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+        assert pods[1].split()[:4] == [name, "0/1", "Completed", "0"]
+        header = _kubectl(version, kubeconfig, *ctx, "get", "nodes").splitlines()[0]
+        assert header.split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+        events = _kubectl(
+            version, kubeconfig, *ctx, "get", "events", "--field-selector", f"involvedObject.name={name}"
+        )
+        assert events.splitlines()[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+        assert f"pod/{name}" in events and "Successfully assigned" in events
         _kubectl(version, kubeconfig, *ctx, "delete", "pod", name, "--wait=true", "--timeout=20s")
         assert name not in _kubectl(version, kubeconfig, *ctx, "get", "pods")
+    # Complete discovery: every served resource, policy/v1 included, and Leases usable from kubectl.
+    resources = _kubectl(version, kubeconfig, "api-resources", "--no-headers").splitlines()
+    names = {line.split()[0] for line in resources}
+    assert {"pods", "nodes", "events", "leases", "jobs", "poddisruptionbudgets", "priorityclasses"} <= names
+    lease = tmp_path / "lease.yaml"
+    lease.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": f"kctl-lease-{version}"},
+                "spec": {"holderIdentity": "kubectl", "leaseDurationSeconds": 30},
+            }
+        )
+    )
+    _kubectl(version, kubeconfig, "apply", "-f", str(lease))
+    leases = _kubectl(version, kubeconfig, "get", "leases", f"kctl-lease-{version}").splitlines()
+    assert leases[0].split() == ["NAME", "HOLDER", "AGE"] and leases[1].split()[:2] == [
+        f"kctl-lease-{version}",
+        "kubectl",
+    ]

@@ -50,6 +50,35 @@ def test_port_in_use_is_reported() -> None:
             SimFederation({"clusters": [{"name": "busy", "port": port}]}).start()
 
 
+def test_ports_are_stable_across_restarts(tmp_path: Path) -> None:
+    config = {"time_scale": 0.02, "clusters": [{"name": "a"}, {"name": "b"}]}
+    with SimFederation(config, state_dir=tmp_path) as first:
+        ports = {h.name: h.port for h in first}
+        control = first.control_url
+        kubeconfig = first.kubeconfig_path.read_text()
+    with SimFederation(config, state_dir=tmp_path) as again:
+        assert {h.name: h.port for h in again} == ports and again.control_url == control
+        # The kubeconfig's servers (and so Airflow connections made from it) stay valid.
+        servers = [
+            c["cluster"]["server"] for c in yaml.safe_load(again.kubeconfig_path.read_text())["clusters"]
+        ]
+        assert servers == [c["cluster"]["server"] for c in yaml.safe_load(kubeconfig)["clusters"]]
+    # A remembered port someone else took meanwhile: a free one instead, not a failure.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports["a"]))
+        taken.listen()
+        with SimFederation(config, state_dir=tmp_path) as moved:
+            assert moved["a"].port != ports["a"] and moved["b"].port == ports["b"]
+
+
+def test_explicit_port_is_honoured() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with SimFederation({"clusters": [{"name": "fixed", "port": port}]}) as fed:
+        assert fed["fixed"].port == port and fed["fixed"].url == f"http://127.0.0.1:{port}"
+
+
 def test_generated_files(fed: SimFederation) -> None:
     kubeconfig = yaml.safe_load(fed.kubeconfig_path.read_text())
     assert [c["name"] for c in kubeconfig["contexts"]] == ["east-cpu", "north-gpu", "west-general"]
@@ -118,6 +147,55 @@ def test_cli_up_fault_and_clean_stop(tmp_path: Path) -> None:
             timeout=30,
         )
         assert bad.returncode == 2 and "needs argument 'node'" in bad.stderr
+        quota = subprocess.run(
+            [
+                *FEDSCHED,
+                "sim",
+                "fault",
+                "--state-dir",
+                str(state),
+                "north-gpu",
+                "quota",
+                "requests.cpu=2",
+                "pods=5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert quota.returncode == 0, quota.stderr
+        assert json.loads(quota.stdout)["status"]["hard"] == {"requests.cpu": "2", "pods": "5"}
+        north = client.CoreV1Api(
+            config.new_client_from_config(str(state / "kubeconfig"), context="north-gpu")
+        )
+        assert north.read_namespaced_resource_quota("compute", "default").spec.hard == {
+            "requests.cpu": "2",
+            "pods": "5",
+        }
+        status = subprocess.run(
+            [*FEDSCHED, "sim", "status", "--state-dir", str(state)], capture_output=True, text=True
+        )
+        assert status.returncode == 0, status.stderr
+        assert f"control {meta['control_url']}" in status.stdout
+        east_line = next(line for line in status.stdout.splitlines() if line.strip().startswith("east-cpu:"))
+        assert "nodes 2/3 ready" in east_line and f"not ready: {node}" in east_line
+        data = json.loads(
+            subprocess.run(
+                [*FEDSCHED, "sim", "status", "--state-dir", str(state), "--json"],
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
+        assert data["clusters"]["north-gpu"]["nodes"] == {"total": 5, "ready": 5, "not_ready": []}
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+    stopped = subprocess.run(
+        [*FEDSCHED, "sim", "status", "--state-dir", str(state)], capture_output=True, text=True
+    )
+    assert stopped.returncode == 1 and stopped.stdout.startswith("sim: not running")
+    missing = subprocess.run(
+        [*FEDSCHED, "sim", "status", "--state-dir", str(tmp_path / "nowhere")], capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and "no simulator state found" in missing.stderr
+    assert "Traceback" not in stopped.stderr + missing.stderr

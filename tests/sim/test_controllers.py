@@ -53,7 +53,9 @@ def test_exit_code_and_restart_on_failure(east: client.CoreV1Api, fed: SimFedera
         "default", pod_body(again, restart="OnFailure", annotations={"sim.fedsched.io/exit-code": "1"})
     )
     pod = fed["east-cpu"].wait_for_pod(
-        "default", again, lambda p: p["status"]["containerStatuses"][0].get("restartCount", 0) >= 1
+        "default",
+        again,
+        lambda p: (p["status"].get("containerStatuses") or [{}])[0].get("restartCount", 0) >= 1,
     )
     assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 1
 
@@ -330,3 +332,21 @@ def test_graceful_delete(east: client.CoreV1Api, fed: SimFederation) -> None:
     )
     fed["east-cpu"].wait_for_gone("default", name)
     assert any(e.reason == "Killing" and e.message == "Stopping container base" for e in _events(east, name))
+
+
+def test_kubelet_rejects_what_its_node_cannot_hold(small_fed: SimFederation, solo: client.CoreV1Api) -> None:
+    handle = small_fed["solo"]
+    node = handle.nodes()[0]["metadata"]["name"]
+    name = unique("outofcpu")
+    # Bound by the client, past the scheduler: the node's kubelet refuses it (2 cpu node, 3 cpu asked).
+    solo.create_namespaced_pod("default", pod_body(name, cpu="3", nodeName=node))
+    pod = handle.wait_for_phase("default", name, "Failed")
+    assert pod["status"]["reason"] == "OutOfcpu"
+    assert pod["status"]["message"].startswith("Pod was rejected: Node didn't have enough resource: cpu")
+    assert [r["started_at"] for r in handle.journal("default") if r["name"] == name] == [None]
+    assert all(not load["overcommits"] for load in handle.node_loads().values())
+    ghost = unique("ghost")
+    solo.create_namespaced_pod("default", pod_body(ghost, nodeName="no-such-node"))
+    assert handle.pod("default", ghost)["status"]["phase"] == "Pending"  # no kubelet runs there
+    solo.delete_namespaced_pod(ghost, "default")
+    handle.wait_for_gone("default", ghost)  # the pod garbage collector removes it

@@ -11,6 +11,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from airflow_provider_fedsched.sim import SimFederation, wait_for
+from airflow_provider_fedsched.sim.util import ApiError
 from tests.sim.conftest import pod_body, unique
 
 
@@ -154,3 +155,19 @@ def test_scheduler_pause_and_resume(small_fed: SimFederation, solo: client.CoreV
     assert pod is not None and not pod["spec"].get("nodeName") and not handle.events("default", name)
     handle.scheduler.resume()
     handle.wait_for_phase("default", name, "Succeeded")
+
+
+def test_quota_fault_sets_and_removes_a_quota(small_fed: SimFederation, solo: client.CoreV1Api) -> None:
+    handle = small_fed["solo"]
+    result = handle.faults.apply("quota", namespace="default", **{"requests.cpu": "1", "pods": "3"})
+    assert result["status"]["hard"] == {"requests.cpu": "1", "pods": "3"}
+    with pytest.raises(ApiException) as refused:
+        solo.create_namespaced_pod("default", pod_body("too-much", cpu="2"))
+    assert (
+        refused.value.status == 403 and "exceeded quota: compute" in json.loads(refused.value.body)["message"]
+    )
+    assert handle.faults.apply("quota", namespace="default") == {"ok": True, "removed": "default/compute"}
+    solo.create_namespaced_pod("default", pod_body("fits-now", cpu="2"))
+    with pytest.raises(ApiError) as bad:
+        handle.faults.apply("quota", **{"requests.cpu": "lots"})
+    assert bad.value.code == 422 and "spec.hard[requests.cpu]" in bad.value.message

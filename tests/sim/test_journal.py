@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client
 
 from airflow_provider_fedsched.sim import SimFederation, wait_for
+from airflow_provider_fedsched.sim.apiserver.store import Store
 from airflow_provider_fedsched.sim.controllers.journal import Journal
-from airflow_provider_fedsched.sim.store import Store
 from airflow_provider_fedsched.sim.util import Clock
 from tests.sim.conftest import pod_body, unique
 

@@ -51,6 +51,32 @@ def test_kpo_runs_pod_to_success_with_logs_and_xcom(
     assert not [p for p in fed["east-cpu"].pods("default") if p["metadata"]["name"].startswith("sim-kpo-ok")]
 
 
+def test_kubernetes_job_operator_runs_a_job_of_two_pods(
+    airflow_conns: None, fed: SimFederation, capfd: pytest.CaptureFixture[str]
+) -> None:
+    dag_run = airflow_harness.run_dag(DAG_FILE, "sim_job_two_workers")
+    assert airflow_harness.task_states(dag_run) == {"train": "success", "clean_up": "success"}
+    assert "worker says hi" in capfd.readouterr().out
+    east = fed["east-cpu"]
+    runs = [r for r in east.journal("default") if r["labels"].get("task_id") == "train"]
+    assert len(runs) == 2 and {r["outcome"] for r in runs} == {"succeeded"}
+    job_name = runs[0]["labels"]["job-name"]
+    assert {r["labels"]["job-name"] for r in runs} == {job_name}
+    # The operator deleted its pods once done (on_finish_action), then KubernetesDeleteJobOperator the Job.
+    assert all(r["removed_at"] for r in runs)
+    assert not east.call(lambda: east.store.get("jobs", "default", job_name))
+    assert not [
+        p for p in east.pods("default") if (p["metadata"].get("labels") or {}).get("job-name") == job_name
+    ]
+
+
+def test_deferrable_kubernetes_job_operator(airflow_conns: None, fed: SimFederation) -> None:
+    dag_run = airflow_harness.run_dag(DAG_FILE, "sim_job_deferrable")
+    assert airflow_harness.task_states(dag_run) == {"train_deferred": "success"}
+    runs = [r for r in fed["east-cpu"].journal("default") if r["labels"].get("task_id") == "train_deferred"]
+    assert [r["outcome"] for r in runs] == ["succeeded"]
+
+
 def test_kpo_unschedulable_pod_hits_schedule_timeout(
     airflow_conns: None, fed: SimFederation, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from airflow_provider_fedsched.sim import SimFederation
-from airflow_provider_fedsched.sim.kubelet import container_env, expand_env, log_lines
+from airflow_provider_fedsched.sim.controllers.runtime import container_env, expand_env, log_lines
 from tests.sim.conftest import pod_body, unique
 
 FEDSCHED_ENV = [

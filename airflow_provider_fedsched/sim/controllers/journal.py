@@ -29,7 +29,7 @@ from airflow_provider_fedsched.federation.resources import (
     pod_requests,
     subtract,
 )
-from airflow_provider_fedsched.sim.store import Obj, Store, WatchEvent
+from airflow_provider_fedsched.sim.apiserver.store import Obj, Store, WatchEvent
 from airflow_provider_fedsched.sim.util import Clock
 
 TERMINAL = ("Succeeded", "Failed")

@@ -13,23 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_fedsched.sim.apiserver.resources import BY_PLURAL, NAMESPACED
 from airflow_provider_fedsched.sim.util import ApiError, new_uid, not_found, now_iso
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
-
-# Singular kind names for messages and list kinds.
-KINDS = {
-    "pods": "Pod",
-    "nodes": "Node",
-    "events": "Event",
-    "namespaces": "Namespace",
-    "resourcequotas": "ResourceQuota",
-    "priorityclasses": "PriorityClass",
-}
-GROUPS = {"priorityclasses": "scheduling.k8s.io"}
-API_VERSIONS = {"priorityclasses": "scheduling.k8s.io/v1"}
-NAMESPACED = {"pods", "events", "resourcequotas"}
 
 
 @dataclass(eq=False)
@@ -53,7 +41,7 @@ Listener = Callable[[WatchEvent], None]
 class Store:
     def __init__(self, history: int = 10000) -> None:
         self.rv = 0
-        self.objects: dict[str, dict[Key, Obj]] = {plural: {} for plural in KINDS}
+        self.objects: dict[str, dict[Key, Obj]] = {plural: {} for plural in BY_PLURAL}
         self.history: deque[WatchEvent] = deque(maxlen=history)
         # Oldest resourceVersion a watch may resume from; raised by compaction.
         self.compacted_rv = 0
@@ -67,7 +55,7 @@ class Store:
     def require(self, plural: str, namespace: str, name: str) -> Obj:
         obj = self.get(plural, namespace, name)
         if obj is None:
-            raise not_found(plural, name, GROUPS.get(plural, ""))
+            raise not_found(plural, name, BY_PLURAL[plural].group)
         return obj
 
     def list(self, plural: str, namespace: str | None = None) -> list[Obj]:
@@ -89,26 +77,24 @@ class Store:
         for listener in self.listeners:
             listener(event)
 
-    def create(self, plural: str, obj: Obj) -> Obj:
+    def create(self, plural: str, obj: Obj, uid: str | None = None) -> Obj:
         meta = obj.setdefault("metadata", {})
         if plural not in NAMESPACED:
             meta.pop("namespace", None)
         key = (meta.get("namespace", "") if plural in NAMESPACED else "", meta["name"])
+        resource = BY_PLURAL[plural]
         if key in self.objects[plural]:
-            group = GROUPS.get(plural, "")
-            resource = f"{plural}.{group}" if group else plural
             raise ApiError(
                 409,
-                f'{resource} "{meta["name"]}" already exists',
+                f'{resource.qualified} "{meta["name"]}" already exists',
                 "AlreadyExists",
-                {"name": meta["name"], "kind": plural, "group": group or None},
+                {"name": meta["name"], "kind": plural, "group": resource.group or None},
             )
-        obj.setdefault("kind", KINDS[plural])
-        obj.setdefault("apiVersion", API_VERSIONS.get(plural, "v1"))
-        meta["uid"] = new_uid()
+        obj["kind"] = resource.kind
+        obj["apiVersion"] = resource.api_version
+        meta["uid"] = uid or new_uid()
         meta["creationTimestamp"] = now_iso()
-        if plural == "pods":
-            meta.setdefault("generation", 1)
+        meta["generation"] = 1
         rv = self._next_rv()
         meta["resourceVersion"] = str(rv)
         self.objects[plural][key] = obj
@@ -122,24 +108,33 @@ class Store:
         if expected_rv and expected_rv != current["metadata"]["resourceVersion"]:
             raise ApiError(
                 409,
-                f'Operation cannot be fulfilled on {plural} "{meta["name"]}": the object has been modified; '
-                "please apply your changes to the latest version and try again",
+                f'Operation cannot be fulfilled on {BY_PLURAL[plural].qualified} "{meta["name"]}": the '
+                "object has been modified; please apply your changes to the latest version and try again",
                 "Conflict",
-                {"name": meta["name"], "kind": plural},
+                {"name": meta["name"], "kind": plural, "group": BY_PLURAL[plural].group or None},
             )
         # Immutable server-owned fields survive any client write.
         for name in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
             if name in current["metadata"]:
                 meta[name] = current["metadata"][name]
-        if current["metadata"].get("deletionTimestamp") is None:
-            meta.pop("deletionTimestamp", None)
+            else:
+                meta.pop(name, None)
+        generation = int(current["metadata"].get("generation") or 1)
+        meta["generation"] = generation + (obj.get("spec") != current.get("spec"))
+        obj["kind"], obj["apiVersion"] = current.get("kind"), current.get("apiVersion")
         rv = self._next_rv()
         meta["resourceVersion"] = str(rv)
         key = (meta.get("namespace", "") if plural in NAMESPACED else "", meta["name"])
         self.objects[plural][key] = obj
         self._emit(WatchEvent(rv, plural, "MODIFIED", obj, current))
-        # Finalizers gate removal of an object that is already being deleted.
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and plural != "pods":
+        # Finalizers gate removal of an object being deleted; a pod still in its grace period stays, and
+        # a terminating namespace goes when the namespace controller has emptied it.
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+            and plural != "namespaces"
+        ):
             self.remove(plural, meta.get("namespace", ""), meta["name"])
         return obj
 
@@ -152,10 +147,16 @@ class Store:
         fn(obj)
         return self.update(plural, obj)
 
-    def set_deletion(self, plural: str, namespace: str, name: str, grace: int) -> Obj:
+    def set_deletion(
+        self, plural: str, namespace: str, name: str, grace: int, finalizers: Iterable[str] = ()
+    ) -> Obj:
         """Mark an object as terminating (``deletionTimestamp`` + grace) without removing it."""
         current = self.require(plural, namespace, name)
         obj = copy.deepcopy(current)
+        held = obj["metadata"].setdefault("finalizers", [])
+        held.extend(f for f in finalizers if f not in held)
+        if not held:
+            del obj["metadata"]["finalizers"]
         obj["metadata"]["deletionTimestamp"] = current["metadata"].get("deletionTimestamp") or now_iso()
         obj["metadata"]["deletionGracePeriodSeconds"] = grace
         rv = self._next_rv()
@@ -169,7 +170,7 @@ class Store:
         key = (namespace if plural in NAMESPACED else "", name)
         current = self.objects[plural].pop(key, None)
         if current is None:
-            raise not_found(plural, name, GROUPS.get(plural, ""))
+            raise not_found(plural, name, BY_PLURAL[plural].group)
         obj = copy.deepcopy(current)
         rv = self._next_rv()
         obj["metadata"]["resourceVersion"] = str(rv)

@@ -159,3 +159,48 @@ def parse_field_selector(plural: str, selector: str | None) -> Callable[[Mapping
         return all((fields.get(f) == v) == eq for f, eq, v in checks)
 
     return predicate
+
+
+def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """One requirement of a label or node selector (``Gt``/``Lt`` compare integers, node selectors only)."""
+    key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and key in labels and values:
+        try:
+            left, right = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return left > right if op == "Gt" else left < right
+    return False
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str] | None) -> bool:
+    """A ``metav1.LabelSelector`` (matchLabels + matchExpressions); an empty selector matches everything."""
+    if selector is None:
+        return False  # a nil selector selects nothing (PDBs, Jobs)
+    labels = labels or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    return all(expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def selector_string(selector: Mapping[str, Any] | None) -> str:
+    """Render a LabelSelector in the query grammar (``a=b,c in (d,e)``), as kubectl's Table shows it."""
+    parts = [f"{k}={v}" for k, v in sorted(((selector or {}).get("matchLabels") or {}).items())]
+    for expr in (selector or {}).get("matchExpressions") or []:
+        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
+        if op in ("In", "NotIn"):
+            parts.append(f"{key} {op.lower()} ({','.join(sorted(values))})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+    return ",".join(parts)

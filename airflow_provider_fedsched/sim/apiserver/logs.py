@@ -5,16 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from multidict import MultiMapping
 
-from airflow_provider_fedsched.sim.kubelet import LogBuffer
-from airflow_provider_fedsched.sim.util import ApiError, parse_time, rfc3339nano
-
-if TYPE_CHECKING:
-    from airflow_provider_fedsched.sim.cluster import Cluster
+from airflow_provider_fedsched.sim.apiserver.nodeagent import LogBuffer, NodeAgent
+from airflow_provider_fedsched.sim.apiserver.store import Store
+from airflow_provider_fedsched.sim.util import ApiError, int_query, rfc3339nano, time_query
 
 # How often a follow stream re-reads the pod's status besides waking on new output.
 _RECHECK_SECONDS = 0.5
@@ -48,9 +46,9 @@ def _format(line: tuple[float, str], timestamps: bool) -> bytes:
     return ((rfc3339nano(ts) + " " if timestamps else "") + text + "\n").encode()
 
 
-def _stopped(cluster: Cluster, namespace: str, name: str, uid: str, container: str) -> bool:
+def _stopped(store: Store, namespace: str, name: str, uid: str, container: str) -> bool:
     """Whether the followed container can produce no more output (terminated, or its pod gone)."""
-    pod = cluster.store.get("pods", namespace, name)
+    pod = store.get("pods", namespace, name)
     if pod is None or pod["metadata"]["uid"] != uid:
         return True
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -59,20 +57,27 @@ def _stopped(cluster: Cluster, namespace: str, name: str, uid: str, container: s
     return False
 
 
-async def pod_log(request: web.Request, cluster: Cluster, namespace: str, name: str) -> web.StreamResponse:
+async def pod_log(
+    request: web.Request, store: Store, agent: NodeAgent, namespace: str, name: str
+) -> web.StreamResponse:
     query = request.query
-    pod = cluster.store.require("pods", namespace, name)
+    # Options are decoded (400 on a bad one) before the pod is looked up, as the apiserver does.
+    since_seconds = int_query(query, "sinceSeconds", 1)
+    since_time = time_query(query, "sinceTime")
+    limit = int_query(query, "limitBytes", 1)
+    tail = int_query(query, "tailLines", 0)
+    pod = store.require("pods", namespace, name)
     container = _select_container(pod, query)
     uid = pod["metadata"]["uid"]
     statuses = {cs["name"]: cs for cs in (pod.get("status") or {}).get("containerStatuses") or []}
     status = statuses.get(container)
     buffer: LogBuffer | None
     if _true(query.get("previous")):
-        buffer = cluster.kubelet.previous_logs.get((uid, container))
+        buffer = agent.log_buffer(uid, container, previous=True)
         if buffer is None:
             raise ApiError(400, f'previous terminated container "{container}" in pod "{name}" not found')
     else:
-        buffer = cluster.kubelet.logs.get((uid, container))
+        buffer = agent.log_buffer(uid, container)
         if buffer is None:
             state = (status or {}).get("state") or {"waiting": {"reason": "ContainerCreating"}}
             if "waiting" in state:
@@ -81,15 +86,9 @@ async def pod_log(request: web.Request, cluster: Cluster, namespace: str, name: 
             buffer = LogBuffer(done=True)
     timestamps = _true(query.get("timestamps"))
     follow = _true(query.get("follow"))
-    since: float | None = None
-    if query.get("sinceSeconds"):
-        since = time.time() - float(query["sinceSeconds"])
-    elif query.get("sinceTime"):
-        since = parse_time(query["sinceTime"])
-    limit = int(query["limitBytes"]) if query.get("limitBytes") else None
+    since = time.time() - since_seconds if since_seconds is not None else since_time
     lines = [ln for ln in buffer.lines if since is None or ln[0] >= since]
-    if query.get("tailLines"):
-        tail = int(query["tailLines"])
+    if tail is not None:
         lines = lines[-tail:] if tail else []
     position = len(buffer.lines)  # where following picks up after the initial lines
     if not follow:
@@ -127,7 +126,7 @@ async def pod_log(request: web.Request, cluster: Cluster, namespace: str, name: 
             if not await flush():
                 return response
             # No await between the last flush and these checks, so no line can be missed.
-            if buffer.done or _stopped(cluster, namespace, name, uid, container):
+            if buffer.done or _stopped(store, namespace, name, uid, container):
                 break
             changed = buffer.changed
             # Wake on new output, or re-read the pod: no termination path may leave a follower hanging.

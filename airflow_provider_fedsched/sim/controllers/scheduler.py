@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_provider_fedsched.federation.resources import (
     add,
@@ -16,53 +17,17 @@ from airflow_provider_fedsched.federation.resources import (
     pod_requests,
     subtract,
 )
-from airflow_provider_fedsched.sim.objects import TERMINAL, get_condition, set_condition
-from airflow_provider_fedsched.sim.store import Obj, WatchEvent
-
-if TYPE_CHECKING:
-    from airflow_provider_fedsched.sim.cluster import Cluster
+from airflow_provider_fedsched.sim.apiserver import pods
+from airflow_provider_fedsched.sim.apiserver.events import EventRecorder
+from airflow_provider_fedsched.sim.apiserver.objects import TERMINAL, get_condition, set_condition
+from airflow_provider_fedsched.sim.apiserver.selectors import expression_matches
+from airflow_provider_fedsched.sim.apiserver.store import Obj, Store, WatchEvent
+from airflow_provider_fedsched.sim.controllers.taints import untolerated
+from airflow_provider_fedsched.sim.util import ApiError, Clock
 
 COMPONENT = "default-scheduler"
+log = logging.getLogger(__name__)
 RESOURCE_REASONS = ("Insufficient ", "Too many pods")
-
-
-def tolerates(toleration: Obj, taint: Obj) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if (toleration.get("operator") or "Equal") == "Exists":
-        return not toleration.get("key") or toleration["key"] == taint.get("key")
-    return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (
-        taint.get("value") or ""
-    )
-
-
-def untolerated(
-    pod_spec: Obj, node: Obj, effects: tuple[str, ...] = ("NoSchedule", "NoExecute")
-) -> Obj | None:
-    tolerations = pod_spec.get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in effects and not any(tolerates(t, taint) for t in tolerations):
-            return dict(taint)
-    return None
-
-
-def _match_expression(expr: Obj, labels: dict[str, str]) -> bool:
-    key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
-    if op == "In":
-        return labels.get(key) in values
-    if op == "NotIn":
-        return labels.get(key) not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt") and key in labels and values:
-        try:
-            left, right = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return left > right if op == "Gt" else left < right
-    return False
 
 
 def matches_node(pod_spec: Obj, node: Obj) -> bool:
@@ -78,8 +43,8 @@ def matches_node(pod_spec: Obj, node: Obj) -> bool:
         return True
     fields = {"metadata.name": node["metadata"]["name"]}
     return any(
-        all(_match_expression(e, labels) for e in term.get("matchExpressions") or [])
-        and all(_match_expression(e, fields) for e in term.get("matchFields") or [])
+        all(expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+        and all(expression_matches(e, fields) for e in term.get("matchFields") or [])
         for term in terms
     )
 
@@ -94,9 +59,10 @@ def _no_victims(total: int) -> str:
 
 
 class Scheduler:
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.store = cluster.store
+    def __init__(self, store: Store, events: EventRecorder, clock: Clock) -> None:
+        self.store = store
+        self.events = events
+        self.clock = clock
         self.paused = False
         self._wake = asyncio.Event()
         # Bumped by changes that can make an unschedulable pod fit (node change, pod gone or finished).
@@ -196,7 +162,13 @@ class Scheduler:
         nodes = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"])
         usage = self.node_usage()
         for pod in todo:
-            self.schedule_one(pod, nodes, usage)
+            try:
+                self.schedule_one(pod, nodes, usage)
+            except Exception:  # one pod the scheduler cannot handle must not stop it for all others
+                log.exception(
+                    "scheduler: pod %s/%s skipped", pod["metadata"]["namespace"], pod["metadata"]["name"]
+                )
+                self._pending.pop(pod["metadata"]["uid"], None)
 
     def schedule_one(self, pod: Obj, nodes: list[Obj], usage: dict[str, dict[str, int]]) -> None:
         spec, uid = pod["spec"], pod["metadata"]["uid"]
@@ -224,7 +196,7 @@ class Scheduler:
         self._mark_unschedulable(pod, message)
         previous = self._retry.get(uid)
         backoff = min(self.backoff_max, previous[2] * 2) if previous else self.backoff_initial
-        self._retry[uid] = (self._generation, time.monotonic() + self.cluster.clock.real(backoff), backoff)
+        self._retry[uid] = (self._generation, time.monotonic() + self.clock.real(backoff), backoff)
 
     def _filter(self, spec: Obj, node: Obj, request: dict[str, int], used: dict[str, int]) -> list[str]:
         # Default plugin order: NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit.
@@ -313,7 +285,7 @@ class Scheduler:
         _, node, victims = best
         node_name = node["metadata"]["name"]
         for victim in victims:
-            self.cluster.preempt(victim, pod, node_name)
+            self._preempt_victim(victim, pod, node_name)
         self.store.mutate(
             "pods",
             pod["metadata"]["namespace"],
@@ -332,22 +304,36 @@ class Scheduler:
                 name,
                 lambda p: set_condition(p, "PodScheduled", "False", "Unschedulable", message),
             )
-        self.cluster.events.record(pod, "Warning", "FailedScheduling", message, COMPONENT)
+        self.events.record(pod, "Warning", "FailedScheduling", message, COMPONENT)
+
+    def _preempt_victim(self, victim: Obj, preemptor: Obj, node: str) -> None:
+        updated = pods.add_disruption(
+            self.store,
+            victim,
+            "PreemptionByScheduler",
+            f"{COMPONENT}: preempting to accommodate a higher priority pod",
+        )
+        if updated is None:
+            return
+        self.events.record(
+            updated,
+            "Normal",
+            "Preempted",
+            f"Preempted by pod {preemptor['metadata']['uid']} on node {node}",
+            COMPONENT,
+        )
+        pods.delete_pod(self.store, updated["metadata"]["namespace"], updated["metadata"]["name"])
 
     def bind(self, pod: Obj, node_name: str) -> Obj | None:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         self._retry.pop(pod["metadata"]["uid"], None)
-
-        def apply(p: Obj) -> None:
-            p["spec"]["nodeName"] = node_name
-            p.setdefault("status", {}).pop("nominatedNodeName", None)
-            set_condition(p, "PodScheduled", "True")
-
-        bound = self.store.mutate("pods", ns, name, apply)
-        if bound is not None:
-            self.cluster.events.record(
-                bound, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node_name}", COMPONENT
-            )
+        try:
+            bound = pods.bind(self.store, ns, name, node_name)
+        except ApiError:
+            return None  # bound meanwhile by someone else, or gone
+        self.events.record(
+            bound, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node_name}", COMPONENT
+        )
         return bound
 
     def stats(self) -> dict[str, Any]:

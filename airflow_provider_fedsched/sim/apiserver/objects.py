@@ -1,17 +1,13 @@
-"""Builders, defaulting and validation for the kinds the simulator serves, and the event recorder."""
+"""Builders, defaulting and validation of the kinds the simulator serves, and status conditions."""
 
 from __future__ import annotations
 
-import re
-import time
-from typing import Any
+import secrets
 
-from airflow_provider_fedsched.federation.resources import QuantityError, parse_resource_list
-from airflow_provider_fedsched.sim.store import Obj, Store
+from airflow_provider_fedsched.sim.apiserver.store import Obj, Store
+from airflow_provider_fedsched.sim.apiserver.validation import invalid
 from airflow_provider_fedsched.sim.util import ApiError, now_iso
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DEFAULT_TOLERATIONS = [
     {
         "key": "node.kubernetes.io/not-ready",
@@ -30,28 +26,14 @@ BUILTIN_PRIORITY_CLASSES = {"system-cluster-critical": 2000000000, "system-node-
 TERMINAL = ("Succeeded", "Failed")
 
 
-def invalid(kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
-    """422 Invalid with the apiserver's aggregated message (``Pod "x" is invalid: field: msg``)."""
-    text = ", ".join(f"{field}: {msg}" for field, _, msg in causes)
-    if len(causes) > 1:
-        text = "[" + text + "]"
-    return ApiError(
-        422,
-        f'{kind} "{name}" is invalid: {text}',
-        "Invalid",
-        {
-            "name": name,
-            "kind": kind,
-            "causes": [{"reason": reason, "message": msg, "field": field} for field, reason, msg in causes],
-        },
-    )
-
-
 def assign_name(obj: Obj, kind: str) -> None:
     meta = obj.setdefault("metadata", {})
+    generate = meta.get("generateName")
+    if not meta.get("name") and generate and (not isinstance(generate, str) or len(generate) > 253):
+        raise invalid(
+            kind, "", [("metadata.generateName", "FieldValueInvalid", "Invalid value: must be a name prefix")]
+        )
     if not meta.get("name") and meta.get("generateName"):
-        import secrets
-
         alphabet = "bcdfghjklmnpqrstvwxz2456789"
         meta["name"] = meta["generateName"] + "".join(secrets.choice(alphabet) for _ in range(5))
     if not meta.get("name"):
@@ -60,45 +42,6 @@ def assign_name(obj: Obj, kind: str) -> None:
             "",
             [("metadata.name", "FieldValueRequired", "Required value: name or generateName is required")],
         )
-
-
-def validate_pod(pod: Obj) -> None:
-    name = pod["metadata"]["name"]
-    causes: list[tuple[str, str, str]] = []
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        causes.append(
-            (
-                "metadata.name",
-                "FieldValueInvalid",
-                f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
-                "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-            )
-        )
-    spec = pod.get("spec") or {}
-    containers = spec.get("containers") or []
-    if not containers:
-        causes.append(("spec.containers", "FieldValueRequired", "Required value"))
-    seen: set[str] = set()
-    for key in ("initContainers", "containers"):
-        for i, container in enumerate(spec.get(key) or []):
-            cname = container.get("name") or ""
-            if not cname:
-                causes.append((f"spec.{key}[{i}].name", "FieldValueRequired", "Required value"))
-            elif not _DNS_LABEL.match(cname):
-                causes.append((f"spec.{key}[{i}].name", "FieldValueInvalid", f'Invalid value: "{cname}"'))
-            elif cname in seen:
-                causes.append((f"spec.{key}[{i}].name", "FieldValueDuplicate", f'Duplicate value: "{cname}"'))
-            seen.add(cname)
-            if not container.get("image"):
-                causes.append((f"spec.{key}[{i}].image", "FieldValueRequired", "Required value"))
-            resources = container.get("resources") or {}
-            for part in ("requests", "limits"):
-                try:
-                    parse_resource_list(resources.get(part))
-                except QuantityError as exc:
-                    causes.append((f"spec.{key}[{i}].resources.{part}", "FieldValueInvalid", str(exc)))
-    if causes:
-        raise invalid("Pod", name, causes)
 
 
 def qos_class(spec: Obj) -> str:
@@ -148,6 +91,7 @@ def default_pod(pod: Obj, store: Store) -> None:
     for default in DEFAULT_TOLERATIONS:
         if not any(t.get("key") == default["key"] and t.get("effect") == "NoExecute" for t in tolerations):
             tolerations.append(dict(default))
+    provided = spec.get("priority")
     class_name = spec.get("priorityClassName")
     if class_name:
         pc = store.get("priorityclasses", "", class_name)
@@ -166,6 +110,15 @@ def default_pod(pod: Obj, store: Store) -> None:
         spec["priority"] = default_pc.get("value", 0) if default_pc else 0
         if default_pc:
             spec["priorityClassName"] = default_pc["metadata"]["name"]
+    if provided is not None and provided != spec["priority"]:
+        raise ApiError(
+            403,
+            f'pods "{pod["metadata"]["name"]}" is forbidden: the integer value of priority ({provided}) '
+            "must not be provided in pod spec; priority admission controller computed "
+            f"{spec['priority']} from the given PriorityClass name",
+            "Forbidden",
+            {"name": pod["metadata"]["name"], "kind": "pods"},
+        )
     pod["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
 
 
@@ -282,64 +235,3 @@ def get_condition(obj: Obj, ctype: str) -> Obj | None:
     return next(
         (c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == ctype), None
     )
-
-
-class EventRecorder:
-    """Writes core/v1 Events, aggregating repeats (same object, reason, message, source) into ``count``."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._index: dict[tuple[str, str, str, str], tuple[str, str]] = {}
-        self._seq = 0
-
-    def record(
-        self, obj: Obj, etype: str, reason: str, message: str, component: str, host: str | None = None
-    ) -> Obj:
-        meta = obj["metadata"]
-        namespace = meta.get("namespace") or "default"
-        key = (meta.get("uid", ""), reason, message, component)
-        now = now_iso()
-        existing = self._index.get(key)
-        if existing is not None:
-            updated = self.store.mutate("events", existing[0], existing[1], _bump(now))
-            if updated is not None:
-                return updated
-        self._seq += 1
-        name = f"{meta['name']}.{int(time.time() * 1e9) + self._seq:x}"
-        source = {"component": component}
-        if host:
-            source["host"] = host
-        event: Obj = {
-            "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": {
-                "kind": obj.get("kind", "Pod"),
-                "namespace": meta.get("namespace"),
-                "name": meta["name"],
-                "uid": meta.get("uid"),
-                "apiVersion": obj.get("apiVersion", "v1"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message,
-            "source": source,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "type": etype,
-            "eventTime": None,
-            "reportingComponent": component,
-            "reportingInstance": host or "",
-        }
-        if obj.get("kind") == "Node":
-            event["involvedObject"].pop("namespace")
-        self.store.create("events", event)
-        self._index[key] = (namespace, name)
-        return event
-
-
-def _bump(now: str) -> Any:
-    def fn(event: Obj) -> None:
-        event["count"] = int(event.get("count", 1)) + 1
-        event["lastTimestamp"] = now
-
-    return fn

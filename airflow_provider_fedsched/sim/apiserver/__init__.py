@@ -1,0 +1,1 @@
+"""The simulated kube-apiserver: store, registry, HTTP API, discovery, OpenAPI, logs and exec."""
