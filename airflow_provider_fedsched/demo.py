@@ -124,35 +124,18 @@ def summarize(env: dict[str, str]) -> list[dict[str, Any]]:
 def print_decision(records: list[dict[str, Any]], task_id: str) -> None:
     """One task's first decision table, as its task log shows it."""
     from airflow_provider_fedsched.federation.decision import Decision
+    from airflow_provider_fedsched.render import decision_table
 
     for record in records:
         if record["task_id"] == task_id and record["decisions"]:
             log(f"the first decision of {task_id} (every task logs its own):")
-            print(Decision.from_dict(record["decisions"][0]).render_table())
+            print(decision_table(Decision.from_dict(record["decisions"][0])))
 
 
 def print_summary(records: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from airflow_provider_fedsched.render import placement_summary
 
-    table = Table(title="Where each task ran, and why")
-    for column in ("task", "ran on", "attempts", "why"):
-        table.add_column(column, overflow="fold")
-    for record in records:
-        attempts = " -> ".join(f"{a['cluster']} ({a['outcome']})" for a in record["attempts"])
-        last = record["attempts"][-1] if record["attempts"] else {}
-        why = last.get("decision", "")
-        left = [
-            f"{a['cluster']}: {a['reason']}"
-            for a in record["attempts"]
-            if a["outcome"] not in ("succeeded", "running")
-        ]
-        if left:
-            why += "; left " + "; ".join(left)
-        if last.get("resumed_from_checkpoint"):
-            why += "; resumed from checkpoint"
-        table.add_row(record["task_id"], record.get("cluster") or "-", attempts, why)
-    Console(width=160, color_system=None).print(table)
+    print(placement_summary(records), end="")
 
 
 def pod_lines(log_file: Path) -> list[str]:

@@ -1,10 +1,20 @@
-"""What Airflow's ProvidersManager reads through the ``apache_airflow_provider`` entry point."""
+"""What Airflow's ProvidersManager reads through the ``apache_airflow_provider`` entry point: every surface
+of the provider, declared the way the cncf.kubernetes provider declares its own (and validated by
+Airflow against its provider-info schema).
+
+Member clusters are Airflow connections of cncf.kubernetes' ``kubernetes`` type, which that provider
+declares; this one adds no connection type (declaring ``kubernetes`` again would make every Airflow
+process warn that it is registered twice). The operator defers to cncf.kubernetes' pod trigger and
+Airflow's time-delta trigger; a trigger module of this provider goes under ``triggers``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from airflow_provider_fedsched import __version__
+
+INTEGRATION = "Kubernetes federation"
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -14,6 +24,28 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Run KubernetesPodOperator tasks across a federation of Kubernetes clusters: "
         "placement by a scoring engine, failover between clusters, data sovereignty.",
         "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": INTEGRATION,
+                "external-doc-url": "https://kubernetes.io/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_provider_fedsched.operators.federated_pod"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_provider_fedsched.hooks.federation"],
+            }
+        ],
+        "triggers": [],
+        "connection-types": [],
+        "extra-links": ["airflow_provider_fedsched.operators.links.FederatedClusterLink"],
         "plugins": [
             {"name": "fedsched", "plugin-class": "airflow_provider_fedsched.plugins.FederationPlugin"},
         ],

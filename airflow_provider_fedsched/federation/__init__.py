@@ -6,12 +6,15 @@ Load a :class:`FederationSpec` and snapshots, build a :class:`TaskRequest`, and 
 
 from airflow_provider_fedsched.federation.decision import Candidate, Decision, Outcome, Rejection, ScoreTerm
 from airflow_provider_fedsched.federation.engine import FederationEngine
-from airflow_provider_fedsched.federation.plugins import (
+from airflow_provider_fedsched.federation.framework import (
     ClusterView,
-    DecisionContext,
+    Code,
+    CycleState,
     FilterPlugin,
     ScorePlugin,
+    Status,
 )
+from airflow_provider_fedsched.federation.registry import FILTER_PLUGINS, MANDATORY_FILTERS, SCORE_PLUGINS
 from airflow_provider_fedsched.federation.request import TaskRequest, Toleration
 from airflow_provider_fedsched.federation.resources import (
     QuantityError,
@@ -28,9 +31,6 @@ from airflow_provider_fedsched.federation.snapshot import (
     load_snapshots,
 )
 from airflow_provider_fedsched.federation.spec import (
-    FILTER_PLUGINS,
-    MANDATORY_FILTERS,
-    SCORE_PLUGINS,
     ClusterSpec,
     DatasetSpec,
     FederationSpec,
@@ -51,9 +51,10 @@ __all__ = [
     "ClusterSnapshot",
     "ClusterSpec",
     "ClusterView",
+    "Code",
+    "CycleState",
     "DatasetSpec",
     "Decision",
-    "DecisionContext",
     "FederationEngine",
     "FederationSpec",
     "FilterPlugin",
@@ -67,6 +68,7 @@ __all__ = [
     "ScorePlugin",
     "ScoreTerm",
     "SpecError",
+    "Status",
     "Taint",
     "TaskRequest",
     "Toleration",

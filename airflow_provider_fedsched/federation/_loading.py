@@ -42,12 +42,11 @@ def spec_error(exc: ValidationError, prefix: str = "") -> SpecError:
     messages: list[str] = []
     for error in exc.errors():
         cause = (error.get("ctx") or {}).get("error")
-        if isinstance(cause, SpecError):
-            # Cross-field checks raise SpecError with the full path already in the message.
-            message = str(cause)
-            messages.append(f"{prefix}.{message}" if prefix else message)
-            continue
         loc = [part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-"))]
+        if isinstance(cause, SpecError):
+            # A model's own check raises SpecError with the path below that model already in the message.
+            messages.append(join_path(join_path(prefix, format_path(loc) if loc else ""), str(cause)))
+            continue
         messages.append(f"{join_path(prefix, format_path(loc))}: {error['msg']}")
     extra = f" (and {len(messages) - 5} more)" if len(messages) > 5 else ""
     return SpecError("; ".join(messages[:5]) + extra)

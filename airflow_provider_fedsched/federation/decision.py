@@ -7,7 +7,6 @@ give the JSON form.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, cast
@@ -116,47 +115,3 @@ class Decision:
             spec_fingerprint=data.get("spec_fingerprint"),
             extra=dict(data.get("extra", {})),
         )
-
-    def render_table(self, width: int = 120) -> str:
-        """A plain-text table (no ANSI codes: it ends up in Airflow task logs)."""
-        from rich.console import Console
-        from rich.table import Table
-
-        console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
-        console.print(f"Decision: {self.outcome.upper()}" + (f" -> {self.cluster}" if self.cluster else ""))
-        console.print(self.reason, highlight=False, markup=False)
-        if self.candidates:
-            plugins = list(self.candidates[0].breakdown)
-            table = Table(title="Candidates (best first)", title_justify="left")
-            table.add_column("#", justify="right")
-            table.add_column("cluster")
-            table.add_column("score", justify="right")
-            for plugin in plugins:
-                table.add_column(plugin.lower(), justify="right")
-            table.add_column("est. cost", justify="right")
-            table.add_column("age", justify="right")
-            for rank, candidate in enumerate(self.candidates, start=1):
-                terms = candidate.breakdown
-                cost = terms.get("Cost")
-                age = self.snapshot_age_seconds.get(candidate.cluster)
-                table.add_row(
-                    str(rank),
-                    candidate.cluster,
-                    f"{candidate.score:.1f}",
-                    *(f"{terms[p].weighted:.1f}" if p in terms else "-" for p in plugins),
-                    f"{cost.raw:.2f}" if cost else "-",
-                    f"{age:.0f}s" if age is not None else "-",
-                )
-            console.print(table)
-        if self.rejected:
-            table = Table(title="Rejected", title_justify="left")
-            table.add_column("cluster")
-            table.add_column("plugin")
-            table.add_column("reason", overflow="fold")
-            for rejection in self.rejected:
-                kind = " (never)" if rejection.permanent else ""
-                table.add_row(rejection.cluster, rejection.plugin + kind, rejection.reason)
-            console.print(table)
-        file = console.file
-        assert isinstance(file, io.StringIO)
-        return file.getvalue()

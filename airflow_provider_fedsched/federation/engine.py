@@ -9,24 +9,12 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from airflow_provider_fedsched.federation.decision import Candidate, Decision, Outcome, Rejection, ScoreTerm
-from airflow_provider_fedsched.federation.plugins import (
-    ClusterView,
-    DecisionContext,
-    ScorePlugin,
-    build_filters,
-    build_scores,
-    compute_cost,
-)
+from airflow_provider_fedsched.federation.framework import SUCCESS, ClusterView, Code, CycleState
+from airflow_provider_fedsched.federation.plugins import Profile, profile
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
-from airflow_provider_fedsched.federation.spec import (
-    DatasetSpec,
-    FederationSpec,
-    PolicySpec,
-    SpecError,
-    spec_fingerprint,
-)
+from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, spec_fingerprint
 
 __all__ = ["FederationEngine"]
 
@@ -71,25 +59,8 @@ class FederationEngine:
     def __init__(self, spec: FederationSpec) -> None:
         self.spec = spec
         self.fingerprint = spec_fingerprint(spec)
-        self._clusters = {cluster.name: cluster for cluster in spec.clusters}
-        self._datasets = {dataset.name: dataset for dataset in spec.datasets}
-
-    def _resolve(self, request: TaskRequest) -> list[DatasetSpec]:
-        if request.clusters is not None:
-            for position, name in enumerate(request.clusters):
-                if name not in self._clusters:
-                    known = ", ".join(sorted(self._clusters))
-                    raise SpecError(
-                        f"request.clusters[{position}]: unknown cluster '{name}' (known: {known})"
-                    )
-        datasets = []
-        for position, name in enumerate(request.datasets):
-            dataset = self._datasets.get(name)
-            if dataset is None:
-                known = ", ".join(sorted(self._datasets)) or "none"
-                raise SpecError(f"request.datasets[{position}]: unknown dataset '{name}' (known: {known})")
-            datasets.append(dataset)
-        return datasets
+        # The spec's own policy's plugins, looked up once: most decisions use that policy.
+        self._profile = profile(spec.policy.filters, spec.policy.scores)
 
     def decide(
         self,
@@ -108,6 +79,8 @@ class FederationEngine:
         ``cooldowns``: cluster -> until when it takes no new work. ``reservations``: cluster -> in-flight
         requests not yet visible in its snapshot. ``forecast``: cluster -> predicted idle fraction.
         ``exclude``: cluster -> reason (failover). ``policy``: a per-task policy replacing the spec's.
+        Raises :class:`SpecError` naming the request field that refers to an unknown cluster, dataset,
+        region or group.
         """
         if now.tzinfo is None:
             raise SpecError("now: must be timezone-aware")
@@ -126,21 +99,30 @@ class FederationEngine:
         policy: PolicySpec | None,
     ) -> Decision:
         policy = policy or self.spec.policy
-        datasets = self._resolve(request)
-        ctx = DecisionContext.build(
-            self.spec,
-            request,
-            policy,
-            now,
-            cooldowns or {},
-            exclude or {},
-            forecast,
-            datasets,
-            self._clusters,
+        datasets = self.spec.check_references(
+            clusters=request.clusters,
+            datasets=request.datasets,
+            prefer_region=request.prefer_region,
+            prefer_group=request.prefer_group,
+            where="request",
         )
+        state = CycleState(
+            spec=self.spec,
+            request=request,
+            policy=policy,
+            now=now,
+            cooldowns=cooldowns or {},
+            exclude=exclude or {},
+            forecast=forecast,
+            datasets=datasets,
+            request_items=tuple(sorted(request.resources.items())),
+        )
+        plugins = self._profile if policy is self.spec.policy else profile(policy.filters, policy.scores)
+        for plugin in plugins.preparers:
+            plugin.prepare(state)
         reservations = reservations or {}
-        filters = build_filters(policy)
-        scores = build_scores(policy)
+        filters = plugins.filters
+        passed, success, never = SUCCESS, Code.SUCCESS, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 
         survivors: list[ClusterView] = []
         rejected: list[Rejection] = []
@@ -157,14 +139,15 @@ class FederationEngine:
                 cluster.namespace or request.namespace,
             )
             for plugin in filters:
-                reason = plugin.filter(ctx, view)
-                if reason is not None:
-                    rejected.append(Rejection(cluster.name, plugin.name, reason, plugin.permanent))
+                status = plugin.filter(state, view)
+                if status is not passed and status.code is not success:
+                    reason = status.reason or f"rejected by {plugin.name} (no reason given)"
+                    rejected.append(Rejection(cluster.name, plugin.name, reason, status.code is never))
                     break
             else:
                 survivors.append(view)
 
-        candidates = self._rank(ctx, survivors, scores, policy)
+        candidates = self._rank(state, survivors, plugins)
         rejected.sort(key=lambda r: (not r.permanent, r.cluster))
         outcome: Outcome
         if candidates:
@@ -176,7 +159,7 @@ class FederationEngine:
             )
         else:
             outcome = "impossible" if all(r.permanent for r in rejected) else "wait"
-            reason = self._summarize(outcome, rejected, ctx)
+            reason = self._summarize(outcome, rejected, state, plugins)
         return Decision(
             outcome=outcome,
             cluster=candidates[0].cluster if candidates else None,
@@ -189,21 +172,24 @@ class FederationEngine:
         )
 
     @staticmethod
-    def _rank(
-        ctx: DecisionContext,
-        survivors: list[ClusterView],
-        scores: list[ScorePlugin],
-        policy: PolicySpec,
-    ) -> list[Candidate]:
+    def _rank(state: CycleState, survivors: list[ClusterView], plugins: Profile) -> list[Candidate]:
         if not survivors:
             return []
-        weights = policy.weights
+        weights = state.policy.weights
         columns: list[tuple[str, float, list[float], list[float]]] = []
-        for plugin in scores:
-            raw = [float(plugin.score(ctx, view)) for view in survivors]
-            columns.append((plugin.name, weights.of(plugin.name), raw, plugin.normalize(raw)))
-        cost_column = next((raw for name, _, raw, _ in columns if name == "Cost"), None)
-        costs = cost_column or [compute_cost(ctx, view.spec) for view in survivors]
+        tie_break: list[float] | None = None
+        for plugin, key in plugins.scores:
+            raw = [float(plugin.score(state, view)) for view in survivors]
+            columns.append((plugin.name, weights.of(key), raw, plugin.normalize(raw)))
+            if plugin is plugins.tie_break:
+                tie_break = raw
+        if tie_break is None:
+            breaker = plugins.tie_break
+            tie_break = (
+                [float(breaker.score(state, view)) for view in survivors]
+                if breaker is not None
+                else [0.0] * len(survivors)
+            )
         ranked: list[tuple[float, float, str, Candidate]] = []
         for position, view in enumerate(survivors):
             breakdown: dict[str, ScoreTerm] = {}
@@ -217,7 +203,7 @@ class FederationEngine:
             ranked.append(
                 (
                     -total,
-                    round(costs[position], 9),
+                    round(tie_break[position], 9),
                     view.spec.name,
                     Candidate(view.spec.name, total, breakdown),
                 )
@@ -226,7 +212,7 @@ class FederationEngine:
         return [item[3] for item in ranked]
 
     @staticmethod
-    def _summarize(outcome: Outcome, rejected: list[Rejection], ctx: DecisionContext) -> str:
+    def _summarize(outcome: Outcome, rejected: list[Rejection], state: CycleState, plugins: Profile) -> str:
         if not rejected:
             return "impossible: the federation has no clusters"
         counts: dict[str, int] = {}
@@ -235,16 +221,12 @@ class FederationEngine:
         tally = ", ".join(
             f"{count} {plugin}" for plugin, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         )
-        restricted = [d for d in ctx.datasets if d.allowed_regions is not None]
-        if restricted and counts.get("Sovereignty") == len(rejected):
-            allowed = set.intersection(*(set(d.allowed_regions or ()) for d in restricted))
-            names = ", ".join(d.name for d in restricted)
-            if allowed:
-                detail = f"datasets {names} may only be processed in {', '.join(sorted(allowed))}, "
-                detail += "where no eligible cluster runs"
-            else:
-                detail = f"the allowed regions of datasets {names} have no region in common"
-        else:
+        detail = None
+        explain_all = plugins.explainers.get(rejected[0].plugin) if len(counts) == 1 else None
+        if explain_all is not None:
+            # One rule rejected every cluster: it may say why better than any one example.
+            detail = explain_all(state)
+        if detail is None:
             # The most telling example: a "not now" reason for wait, a "never" reason for impossible.
             pick = next((r for r in rejected if r.permanent == (outcome == "impossible")), rejected[0])
             detail = f"e.g. {pick.cluster}: {pick.reason}"

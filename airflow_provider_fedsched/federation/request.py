@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from airflow_provider_fedsched.federation._loading import spec_error
+from airflow_provider_fedsched.federation._loading import SpecError, spec_error
 from airflow_provider_fedsched.federation.resources import ResourceList, pod_requests
 from airflow_provider_fedsched.federation.spec import Taint, TaintEffect
 
@@ -15,7 +15,12 @@ __all__ = ["TaskRequest", "Toleration", "tolerates_all"]
 
 
 class Toleration(BaseModel):
-    """A Kubernetes toleration, with the API's matching rules."""
+    """A Kubernetes toleration, with the API's validation and matching rules (``ToleratesTaint``).
+
+    An empty key matches every taint key and requires operator ``Exists`` (``Equal`` with an empty key is
+    rejected, as the API server rejects such a pod); ``Exists`` takes no value; no effect matches every
+    effect. The one toleration matcher of the package: the engine's filters and the simulator use it.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -27,10 +32,13 @@ class Toleration(BaseModel):
 
     @model_validator(mode="after")
     def _empty_key_needs_exists(self) -> Toleration:
+        # SpecError names the field: spec_error() prefixes it with where the toleration sits.
         if not self.key and self.operator != "Exists":
-            raise ValueError("an empty key requires operator 'Exists' (it then tolerates every taint)")
+            raise SpecError(
+                "operator: an empty key requires operator 'Exists' (it then tolerates every taint)"
+            )
         if self.operator == "Exists" and self.value:
-            raise ValueError("operator 'Exists' takes no value")
+            raise SpecError("value: operator 'Exists' takes no value")
         return self
 
     def tolerates(self, taint: Taint) -> bool:
@@ -41,14 +49,23 @@ class Toleration(BaseModel):
         return self.operator == "Exists" or self.value == taint.value
 
     @classmethod
-    def from_k8s(cls, toleration: Mapping[str, Any]) -> Toleration:
-        """From an API (camelCase) or client (snake_case) dict; ``tolerationSeconds`` is not modelled."""
-        return cls(
-            key=toleration.get("key") or "",
-            operator=toleration.get("operator") or "Equal",
-            value=toleration.get("value") or "",
-            effect=toleration.get("effect") or None,
-        )
+    def from_k8s(cls, toleration: Mapping[str, Any], field: str = "toleration") -> Toleration:
+        """From an API (camelCase) or client (snake_case) dict; ``tolerationSeconds`` is not modelled.
+
+        Raises :class:`SpecError` naming ``field`` (e.g. ``spec.tolerations[1]``) when the toleration is
+        not one the API server would accept.
+        """
+        if not isinstance(toleration, Mapping):
+            raise SpecError(f"{field}: expected a mapping, got {type(toleration).__name__}")
+        try:
+            return cls(
+                key=toleration.get("key") or "",
+                operator=toleration.get("operator") or "Equal",
+                value=toleration.get("value") or "",
+                effect=toleration.get("effect") or None,
+            )
+        except ValidationError as exc:
+            raise spec_error(exc, field) from None
 
 
 def tolerates_all(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> bool:
@@ -96,7 +113,10 @@ class TaskRequest(BaseModel):
         ``tolerations`` are read from the spec; everything else comes from ``federation_args``.
         """
         selector = pod_spec.get("nodeSelector") or pod_spec.get("node_selector") or {}
-        tolerations = [Toleration.from_k8s(t) for t in pod_spec.get("tolerations") or []]
+        tolerations = [
+            Toleration.from_k8s(t, f"request.tolerations[{position}]")
+            for position, t in enumerate(pod_spec.get("tolerations") or [])
+        ]
         try:
             return cls(
                 resources=pod_requests(pod_spec),

@@ -10,7 +10,7 @@ index would go stale).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from airflow_provider_fedsched.federation._loading import SpecError, join_path, load_document, spec_error
 from airflow_provider_fedsched.federation.resources import (
+    CPU,
+    GPU,
+    MEMORY,
     QuantityError,
     ResourceList,
     format_quantity,
@@ -33,6 +36,7 @@ __all__ = [
     "NodeSnapshot",
     "dump_snapshots",
     "load_snapshots",
+    "summarize",
 ]
 
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -110,6 +114,28 @@ class ClusterIndex:
     """Over schedulable nodes."""
     total_free: ResourceList
     """Over schedulable nodes."""
+    most_free_first: dict[tuple[str, tuple[int, ...], tuple[tuple[str, str], ...]], list[IndexedNode]] = (
+        field(default_factory=dict)
+    )
+    """(resource, groups, node selector) -> those groups' schedulable nodes matching the selector, by
+    descending free amount of the resource (then name). Filled on first use by the reservation charge:
+    sorted once per snapshot and kind of request, not once per decision."""
+
+    def by_free(
+        self, resource: str, groups: tuple[int, ...], selector: tuple[tuple[str, str], ...]
+    ) -> list[IndexedNode]:
+        key = (resource, groups, selector)
+        order = self.most_free_first.get(key)
+        if order is None:
+            nodes = [
+                node
+                for position in groups
+                for node in self.groups[position].nodes
+                if node.schedulable and all(node.labels.get(k) == v for k, v in selector)
+            ]
+            order = sorted(nodes, key=lambda n: (-n.free.get(resource, 0), n.name))
+            self.most_free_first[key] = order
+        return order
 
 
 def _build_index(nodes: list[NodeSnapshot]) -> ClusterIndex:
@@ -304,3 +330,33 @@ def dump_snapshots(snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, Any]:
             }
         clusters.append(entry)
     return {"clusters": clusters}
+
+
+def _largest_free_node(snapshot: ClusterSnapshot) -> str:
+    best = max(
+        (node for node in snapshot.nodes if node.schedulable),
+        key=lambda node: (node.free.get(GPU, 0), node.free.get(CPU, 0), node.free.get(MEMORY, 0)),
+        default=None,
+    )
+    if best is None:
+        return "-"
+    free = best.free
+    parts = [f"{format_quantity(r, free[r])} {r}" for r in (CPU, MEMORY, GPU) if free.get(r)]
+    return f"{best.name} ({', '.join(parts) or 'nothing free'})"
+
+
+def summarize(snapshot: ClusterSnapshot, now: datetime) -> dict[str, Any]:
+    """One cluster's headline numbers (free/total over ready, schedulable nodes), in human quantities:
+    what ``fedsched snapshot`` and the Federation page show."""
+    index = snapshot.index
+    return {
+        "cluster": snapshot.cluster,
+        "reachable": snapshot.reachable,
+        "reason": snapshot.reason,
+        "age_seconds": round(snapshot.age_seconds(now), 3),
+        "nodes": len(snapshot.nodes),
+        "ready_nodes": sum(1 for node in snapshot.nodes if node.schedulable),
+        "free": {r: format_quantity(r, a) for r, a in sorted(index.total_free.items())},
+        "total": {r: format_quantity(r, a) for r, a in sorted(index.total_allocatable.items())},
+        "largest_free_node": _largest_free_node(snapshot),
+    }

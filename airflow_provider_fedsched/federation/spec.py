@@ -9,18 +9,23 @@ from __future__ import annotations
 import hashlib
 import json
 import string
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_fedsched.federation._loading import SpecError, load_document, spec_error
+from airflow_provider_fedsched.federation.registry import (
+    FILTER_PLUGINS,
+    MANDATORY_FILTERS,
+    SCORE_PLUGINS,
+    default_weights,
+)
 
 __all__ = [
-    "FILTER_PLUGINS",
-    "MANDATORY_FILTERS",
-    "SCORE_PLUGINS",
     "ClusterSpec",
     "DatasetSpec",
     "FederationSpec",
@@ -35,31 +40,13 @@ __all__ = [
 ]
 
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Name = Annotated[
-    str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-]
+NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+Name = Annotated[str, Field(min_length=1, max_length=253, pattern=NAME_PATTERN)]
+"""A cluster or dataset name (the federation's too): letters, digits, '-', '_', '.'."""
+CONN_ID_PATTERN = r"^[\w#!()\-.:/\\]+$"
+ConnId = Annotated[str, Field(min_length=1, max_length=250, pattern=CONN_ID_PATTERN)]
+"""An Airflow connection id, as Airflow accepts them (``airflow.models.connection.sanitize_conn_id``)."""
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-
-# Filter order matters: permanent rules run first so a cluster's first rejection is the most decisive one,
-# and "impossible" can be told apart from "wait" (see engine.py).
-FILTER_PLUGINS: tuple[str, ...] = (
-    "ClusterSubset",
-    "Sovereignty",
-    "ClusterTaints",
-    "ClusterLabels",
-    "Capacity",
-    "Excluded",
-    "Reachable",
-    "Freshness",
-    "Cooldown",
-    "Quota",
-    "NodeFit",
-)
-# Hard rules: a policy may not switch these off, so no override can place a task where it must not run.
-MANDATORY_FILTERS: frozenset[str] = frozenset(
-    {"ClusterSubset", "Sovereignty", "ClusterTaints", "Capacity", "Excluded", "Reachable", "NodeFit"}
-)
-SCORE_PLUGINS: tuple[str, ...] = ("Cost", "Locality", "Proximity", "Headroom", "Forecast")
 
 
 class _Model(BaseModel):
@@ -90,7 +77,7 @@ class Prices(_Model):
 
 class ClusterSpec(_Model):
     name: Name
-    conn_id: Annotated[str, Field(min_length=1)]
+    conn_id: ConnId
     region: Annotated[str, Field(min_length=1)]
     group: str | None = None
     """Proximity group (same metro); defaults to the region."""
@@ -139,15 +126,27 @@ class DatasetSpec(_Model):
 
 
 class Weights(_Model):
-    cost: NonNegativeFloat = 1.0
-    locality: NonNegativeFloat = 1.0
-    proximity: NonNegativeFloat = 0.5
-    headroom: NonNegativeFloat = 0.5
-    forecast: NonNegativeFloat = 0.2
+    """Score plugin -> weight (``cost: 1.0``), keyed by the plugin's name in lower case; the registry says
+    which keys exist and their defaults. Read one with :meth:`of` (or as an attribute: ``weights.cost``)."""
 
-    def of(self, plugin: str) -> float:
-        value: float = getattr(self, plugin.lower())
-        return value
+    model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, NonNegativeFloat] = Field(init=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_with_defaults(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        defaults = default_weights()
+        for key in value:
+            if key not in defaults:
+                raise SpecError(f"{key}: Extra inputs are not permitted (known: {', '.join(defaults)})")
+        return {**defaults, **value}
+
+    def of(self, key: str) -> float:
+        """The weight under ``key`` (:func:`registry.weight_key` of a score plugin's name)."""
+        extra = self.__pydantic_extra__
+        return extra[key] if extra is not None else 0.0
 
 
 class PolicySpec(_Model):
@@ -232,11 +231,74 @@ class FederationSpec(_Model):
     def known_regions(self) -> set[str]:
         return {cluster.region for cluster in self.clusters} | set(self.regions)
 
+    @cached_property
+    def _names(self) -> _Names:
+        return _Names(
+            clusters={cluster.name: cluster for cluster in self.clusters},
+            datasets={dataset.name: dataset for dataset in self.datasets},
+            regions=frozenset(self.known_regions()),
+            groups=frozenset(cluster.proximity_group for cluster in self.clusters),
+        )
+
     def cluster(self, name: str) -> ClusterSpec:
-        for cluster in self.clusters:
-            if cluster.name == name:
-                return cluster
-        raise SpecError(f"unknown cluster '{name}'")
+        found = self._names.clusters.get(name)
+        if found is None:
+            raise SpecError(f"unknown cluster '{name}'")
+        return found
+
+    def check_clusters(self, names: Iterable[str], field: str, *, indexed: bool = True) -> None:
+        """Every name is a member cluster, else :class:`SpecError` naming ``field`` (``field[i]`` when
+        ``indexed``) and the members. For command-line options, pass ``indexed=False``."""
+        _check_known(names, self._names.clusters, field, "cluster", indexed)
+
+    def check_references(
+        self,
+        *,
+        clusters: Iterable[str] | None = None,
+        datasets: Iterable[str] = (),
+        prefer_region: str | None = None,
+        prefer_group: str | None = None,
+        where: str = "",
+    ) -> list[DatasetSpec]:
+        """The one check of the names a task refers to: member clusters, datasets, a region, a group.
+
+        Raises :class:`SpecError` naming the field (under ``where``, e.g. ``request.datasets[0]``) and
+        what is known; returns the datasets, resolved. The engine, the operator and the CLI call this.
+        """
+        if clusters is None and not datasets and prefer_region is None and prefer_group is None:
+            return []  # most requests name nothing: one check per decision, so the common case is cheap
+        names = self._names
+        prefix = f"{where}." if where else ""
+        if clusters is not None:
+            _check_known(clusters, names.clusters, f"{prefix}clusters", "cluster", True)
+        resolved = []
+        for position, name in enumerate(datasets):
+            dataset = names.datasets.get(name)
+            if dataset is None:
+                _check_known([name], names.datasets, f"{prefix}datasets[{position}]", "dataset", False)
+            else:
+                resolved.append(dataset)
+        if prefer_region is not None and prefer_region not in names.regions:
+            _check_known([prefer_region], names.regions, f"{prefix}prefer_region", "region", False)
+        if prefer_group is not None and prefer_group not in names.groups:
+            _check_known([prefer_group], names.groups, f"{prefix}prefer_group", "group", False)
+        return resolved
+
+
+@dataclass(frozen=True, slots=True)
+class _Names:
+    clusters: dict[str, ClusterSpec]
+    datasets: dict[str, DatasetSpec]
+    regions: frozenset[str]
+    groups: frozenset[str]
+
+
+def _check_known(names: Iterable[str], known: Collection[str], field: str, kind: str, indexed: bool) -> None:
+    for position, name in enumerate(names):
+        if name not in known:
+            at = f"{field}[{position}]" if indexed else field
+            listed = ", ".join(sorted(known)) or "none"
+            raise SpecError(f"{at}: unknown {kind} '{name}' (known: {listed})")
 
 
 def load_spec(source: str | Path | Mapping[str, Any]) -> FederationSpec:

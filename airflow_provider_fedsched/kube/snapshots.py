@@ -9,6 +9,7 @@ so; the others are not held up by it.
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -155,9 +156,19 @@ def describe_failure(access: ClusterAccess, exc: BaseException, timeout: float) 
         if exc.status == 401:
             return f"API server {server} rejected the credentials (401 Unauthorized) ({source})"
         if exc.status == 403:
-            return f"API server {server} forbids listing nodes, pods or quotas (403 Forbidden) ({source})"
+            denied = _status_message(exc.body) or "listing nodes, pods or quotas"
+            return f"API server {server} forbids it (403 Forbidden): {denied} ({source})"
         return f"API server {server} answered {exc.status} {exc.reason} ({source})"
     return f"{type(exc).__name__} while reading {server} ({source})"
+
+
+def _status_message(body: Any) -> str:
+    """The ``message`` of a Kubernetes Status body (it names the user, verb and resource denied)."""
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    return str(message or "")
 
 
 async def _list_all(api: Any) -> tuple[list[Any], list[Any], list[Any]]:
@@ -171,7 +182,9 @@ async def _list_all(api: Any) -> tuple[list[Any], list[Any], list[Any]]:
         for response in responses:
             # Unparsed responses (fast for large lists) are not checked by the client: check here.
             if response.status >= 400:
-                raise ApiException(status=response.status, reason=response.reason)
+                error = ApiException(status=response.status, reason=response.reason)
+                error.body = await response.text()  # the Status message names a missing permission
+                raise error
         bodies = [await response.json() for response in responses]
     finally:
         for response in responses:

@@ -38,6 +38,7 @@ from airflow_provider_fedsched.operators.arguments import CONFLICTING, Arguments
 from airflow_provider_fedsched.operators.contract import ClusterLeft
 from airflow_provider_fedsched.operators.deferral import Deferral
 from airflow_provider_fedsched.operators.links import FederatedClusterLink
+from airflow_provider_fedsched.render import decision_table
 
 __all__ = ["FederatedKubernetesOperator", "FederationError"]
 
@@ -201,7 +202,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
                 raise self._give_up(context, f"gave up after {len(tried)} cluster attempt(s)")
             decision = self._decide(context)
             records.add_decision(record, decision.to_dict())
-            self.log.info("Federation decision:\n%s", decision.render_table())
+            self.log.info("Federation decision:\n%s", decision_table(decision))
             if decision.outcome == "impossible":
                 raise self._give_up(context, f"no member cluster can ever run this task: {decision.reason}")
             if decision.outcome == "wait":

@@ -17,9 +17,9 @@ from airflow_provider_fedsched.plans.planner import (
     DEFAULT_HORIZON,
     DEFAULT_RUNS_PER_DAG,
     DEFAULT_VALID_FOR,
-    render_plan_table,
     run_planner,
 )
+from airflow_provider_fedsched.render import plan_table
 
 
 def plan_upcoming_runs(
@@ -40,7 +40,7 @@ def plan_upcoming_runs(
         runs_per_dag=runs_per_dag,
         valid_for=timedelta(seconds=valid_for_seconds),
     )
-    print(render_plan_table(planned))
+    print(plan_table(planned))
     for path, error in errors.items():
         print(f"Not planned: {path} does not import: {error.splitlines()[-1] if error else ''}")
     return {

@@ -13,7 +13,6 @@ A plan is made against the snapshots of now: hard rules are checked again when t
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -280,41 +279,3 @@ def run_planner(
         stored = store_plans(planned, [hook] if hook is not None else list(used.values()), now)
         log.info("Stored %d plan(s) for %d planned task run(s)", stored, len(planned))
     return planned, errors
-
-
-def render_plan_table(planned: list[PlannedRun], width: int = 140) -> str:
-    """A plain-text table of planned runs (no colour codes: it also goes into task logs)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
-    table = Table(title=f"Plans for {len(planned)} upcoming task run(s)", title_justify="left")
-    for column in ("dag", "task", "logical date", "primary", "fallbacks", "forecast idle", "valid until"):
-        table.add_column(column, overflow="fold")
-    for run in planned:
-        plan = run.plan
-        if plan is None:
-            table.add_row(
-                run.dag_id, run.task_id, _short(run.logical_date), "-", f"no plan: {run.note}", "", ""
-            )
-            continue
-        forecast = ", ".join(
-            f"{c} {plan.forecast[c]:.0%}" for c in plan.clusters if plan.forecast and c in plan.forecast
-        )
-        table.add_row(
-            run.dag_id,
-            run.task_id,
-            _short(run.logical_date),
-            plan.primary,
-            ", ".join(plan.clusters[1:]) or "-",
-            forecast or "none",
-            _short(plan.valid_until),
-        )
-    console.print(table)
-    file = console.file
-    assert isinstance(file, io.StringIO)
-    return file.getvalue()
-
-
-def _short(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")

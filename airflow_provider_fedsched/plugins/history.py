@@ -369,7 +369,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, Any]]:
     """Every member of the hook's federation: spec, latest snapshot, cooldown and recent history."""
-    from airflow_provider_fedsched.cli_snapshot import summarize
+    from airflow_provider_fedsched.federation.snapshot import summarize
 
     now = now or datetime.now(UTC)
     rows: list[dict[str, Any]] = []

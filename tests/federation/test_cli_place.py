@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
+import subprocess
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_provider_fedsched import cli
-from airflow_provider_fedsched.cli_place import parse_duration
+from airflow_provider_fedsched.cli._common import parse_duration
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 BASE = [
@@ -23,17 +22,6 @@ BASE = [
     "--snapshots",
     str(EXAMPLES / "snapshots.yaml"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def sim_cli_available(monkeypatch: pytest.MonkeyPatch) -> None:
-    """cli.build_parser also registers the simulator's commands; stand in for them if not built yet."""
-    try:
-        importlib.import_module("airflow_provider_fedsched.sim.cli")
-    except ImportError:
-        stub = types.ModuleType("airflow_provider_fedsched.sim.cli")
-        stub.add_parser = lambda subparsers: subparsers.add_parser("sim")  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "airflow_provider_fedsched.sim.cli", stub)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -107,6 +95,11 @@ def test_now_defaults_to_the_newest_observation_and_can_make_snapshots_stale(
         (["--memory", "8GB"], "request.resources.memory:"),
         (["--resource", "example.com/fpga"], "--resource: 'example.com/fpga' is not of the form key=value"),
         (["--toleration", "k=v:Sometimes"], "--toleration: 'k=v:Sometimes' is not a valid toleration"),
+        (
+            ["--toleration", "=v:NoSchedule"],
+            "valid toleration (key=value:Effect with Effect in NoSchedule, "
+            "PreferNoSchedule, NoExecute): operator: an empty key requires operator 'Exists'",
+        ),
         (["--duration", "forever"], "--duration: 'forever' is not a duration"),
         (["--now", "tomorrow"], "--now: 'tomorrow' is not an ISO 8601 timestamp"),
         (["--cooldown", "mars"], "--cooldown: unknown cluster 'mars'"),
@@ -114,6 +107,10 @@ def test_now_defaults_to_the_newest_observation_and_can_make_snapshots_stale(
         (["--weight", "cost=-1"], "--weight: policy.weights.cost:"),
         (["--weight", "cost=nan"], "--weight: policy.weights.cost:"),
         (["--forecast", "east-cpu=high"], "--forecast: 'high' for east-cpu is not a number"),
+        (["--forecast", "mars=0.5"], "--forecast: unknown cluster 'mars' (known: east-cpu, north-gpu,"),
+        (["--prefer-region", "mars-1"], "request.prefer_region: unknown region 'mars-1' (known: "),
+        (["--prefer-group", "mars"], "request.prefer_group: unknown group 'mars' (known: "),
+        (["--weight", "speed=1"], "--weight: policy.weights.speed: Extra inputs are not permitted"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_field(
@@ -213,10 +210,41 @@ def test_durations(text: str, seconds: float) -> None:
 
 
 def test_parser_registers_a_handler() -> None:
-    from airflow_provider_fedsched import cli_place
+    from airflow_provider_fedsched.cli import place
 
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
-    cli_place.add_parser(subparsers)
+    place.add_parser(subparsers)
     args: Any = parser.parse_args(["place", "--federation", "f", "--snapshots", "s"])
-    assert args.handler is cli_place.run_place
+    assert args.handler is place.run_place
+
+
+def test_place_imports_neither_airflow_nor_the_kubernetes_clients_nor_the_simulator() -> None:
+    """Start-up cost: a verb loads what it needs (``place`` from a file needs the engine, not Airflow)."""
+    heavy = [
+        "airflow",
+        "kubernetes",
+        "kubernetes_asyncio",
+        "aiohttp",
+        "rich",
+        "airflow_provider_fedsched.sim",
+    ]
+    code = (
+        "import sys\n"
+        "from airflow_provider_fedsched.cli import main\n"
+        f"code = main({[*BASE, '--cpu', '1', '--json']!r})\n"
+        f"loaded = sorted(h for h in {heavy!r} if any(m == h or m.startswith(h + '.') for m in sys.modules))"
+        "\n"
+        "print(code, loaded, file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stderr.strip().splitlines()[-1] == "0 []"
+    assert json.loads(result.stdout)["outcome"] == "placed"
+
+
+def test_help_lists_every_verb(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    listed = capsys.readouterr().out
+    assert all(verb in listed for verb in cli.VERBS)

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_fedsched.federation import Decision, FederationEngine, TaskRequest
+from airflow_provider_fedsched.render import decision_table
 from tests.federation.helpers import GPU, NOW, cluster, node, request, snapshot, spec
 
 
@@ -199,7 +200,7 @@ def test_decision_serialises_and_renders_without_colour_codes() -> None:
     restored = Decision.from_dict(data)
     assert restored.cluster == "a" and restored.rejected == decision.rejected
     assert restored.candidates[0].breakdown.keys() == decision.candidates[0].breakdown.keys()
-    table = decision.render_table(width=100)
+    table = decision_table(decision, width=100)
     assert "\x1b[" not in table
     assert "a" in table and "Freshness" in table and "snapshot is 99.0s old" in table
 

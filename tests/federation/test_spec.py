@@ -88,6 +88,10 @@ def test_spec_loads_from_yaml_text_and_fingerprint_is_stable() -> None:
         (mutated("clusters.0.colour", "blue"), "clusters[0].colour: Extra inputs are not permitted"),
         (mutated("clusters.0.dashboard_url", "https://x/{cluster}/{node}"), "clusters[0].dashboard_url:"),
         (mutated("clusters.0.name", ""), "clusters[0].name:"),
+        (mutated("clusters.0.name", "east cpu"), "clusters[0].name: String should match pattern"),
+        (mutated("clusters.0.conn_id", "k8s east"), "clusters[0].conn_id: String should match pattern"),
+        (mutated("clusters.0.conn_id", "<script>"), "clusters[0].conn_id:"),
+        (mutated("datasets.0.name", "a/b"), "datasets[0].name: String should match pattern"),
         ({"clusters": []}, "clusters:"),
     ],
 )
@@ -222,3 +226,25 @@ def test_bad_snapshot_files_name_the_field_path(document: dict[str, Any], expect
     with pytest.raises(SpecError) as info:
         load_snapshots(document)
     assert expected in str(info.value)
+
+
+def test_check_references_is_the_one_check_of_the_names_a_task_uses() -> None:
+    spec = load_spec(mutated("policy", {}))
+    names = [c.name for c in spec.clusters]
+    assert [d.name for d in spec.check_references(clusters=names[:1], datasets=["a"], where="request")] == [
+        "a"
+    ]
+    cases = [
+        ({"clusters": [names[0], "moon"]}, "request.clusters[1]: unknown cluster 'moon' (known: "),
+        ({"datasets": ["a", "nope"]}, "request.datasets[1]: unknown dataset 'nope' (known: a, "),
+        ({"prefer_region": "mars-1"}, "request.prefer_region: unknown region 'mars-1' (known: cn-east-1,"),
+        ({"prefer_group": "mars"}, "request.prefer_group: unknown group 'mars' (known: "),
+    ]
+    for arguments, message in cases:
+        with pytest.raises(SpecError) as info:
+            spec.check_references(**arguments, where="request")  # type: ignore[arg-type]
+        assert str(info.value).startswith(message), str(info.value)
+    with pytest.raises(SpecError, match=r"^datasets\[0\]: unknown dataset 'x'"):
+        spec.check_references(datasets=["x"])  # the operator's arguments: no prefix
+    with pytest.raises(SpecError, match=r"^--cooldown: unknown cluster 'moon'"):
+        spec.check_clusters(["moon"], "--cooldown", indexed=False)

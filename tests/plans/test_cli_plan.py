@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -82,3 +84,29 @@ def test_bad_input_exits_2_naming_the_option(
 ) -> None:
     assert main(["plan", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_table_comes_without_airflows_log_unless_verbose(tmp_path: Path) -> None:
+    """A fresh process, as from cron: Airflow logs every DAG file it parses unless told otherwise."""
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    (folder / "trivial_dag.py").symlink_to(Path(__file__).resolve().parents[1] / "dags" / "trivial_dag.py")
+    env = {key: value for key, value in os.environ.items() if key != "AIRFLOW__LOGGING__LOGGING_LEVEL"}
+    env["AIRFLOW_HOME"] = str(tmp_path / "home")
+    command = [
+        str(Path(sys.executable).with_name("fedsched")),
+        "plan",
+        "--dry-run",
+        "--dags-folder",
+        str(folder),
+    ]
+
+    quiet = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout.startswith("Plans for 0 upcoming task run(s)")
+    assert quiet.stderr == ""
+
+    verbose = subprocess.run([*command, "--verbose"], env=env, capture_output=True, text=True, timeout=300)
+    assert verbose.returncode == 0, verbose.stderr
+    assert verbose.stdout == quiet.stdout
+    assert "Filling up the DagBag" in verbose.stderr

@@ -31,6 +31,7 @@ IMAGES = REPO / "docs" / "images"
 DAG_ID = "example_federated"
 TASKS = {"train_model", "eu_customer_report", "clickstream_rollup", "nightly_etl", "resumable_backfill"}
 ADMIN = ("admin", "admin")
+DASHBOARD = "https://dashboard.example/{cluster}/namespaces/{namespace}/pods/{pod}"
 
 
 def free_port() -> int:
@@ -113,6 +114,8 @@ def airflow_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         federation = root / "sim" / "federation.yaml"
         spec = yaml.safe_load(federation.read_text())
         spec["policy"]["snapshot_ttl_seconds"] = 600  # the quota incident below stays unseen by the snapshot
+        for cluster in spec["clusters"]:  # for the operator's extra link
+            cluster["dashboard_url"] = DASHBOARD
         federation.write_text(yaml.safe_dump(spec, sort_keys=False))
         prepare_etl_namespace(fed)
         # The demo's environment (connections, federation spec, DAG folder) in a home of our own; the test
@@ -239,6 +242,27 @@ def test_api_shows_the_run(airflow_site: dict[str, Any]) -> None:
     assert status == 200, detail
     assert len(detail["decisions"]) >= 2 and detail["decisions"][0]["cluster"] == "east-cpu"
     assert detail["decisions"][1]["rejected"] or detail["decisions"][1]["candidates"]
+
+
+def test_the_api_server_shows_the_extra_link_to_the_cluster_the_task_ran_on(
+    airflow_site: dict[str, Any],
+) -> None:
+    api: Api = airflow_site["api"]
+    run = urllib.parse.quote(airflow_site["run_id"], safe="")
+    query = urllib.parse.urlencode({"dag_id": DAG_ID, "run_id": airflow_site["run_id"]})
+    status, page = api.get(f"/fedsched/api/placements?{query}")
+    assert status == 200, page
+    links = {}
+    for row in page["placements"]:
+        last = row["attempts"][-1]
+        expected = DASHBOARD.format(cluster=last["cluster"], namespace=last["namespace"], pod=last["pod"])
+        status, body = api.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run}/taskInstances/{row['task_id']}/links")
+        assert status == 200, body
+        assert body["extra_links"] == {"Federation cluster": expected}, row["task_id"]
+        links[row["task_id"]] = expected
+    assert set(links) == TASKS
+    # The failover task links to the cluster it ran on in the end, not to the one it left.
+    assert "/east-cpu/" not in links["nightly_etl"]
 
 
 def test_the_task_instance_link_is_a_ui_route(airflow_site: dict[str, Any]) -> None:

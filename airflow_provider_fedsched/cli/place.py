@@ -1,108 +1,53 @@
-"""``fedsched place``: ask the federation engine where a task would go, from a spec and a snapshot file.
-
-The loading helpers (:func:`load_federation`, :func:`load_snapshot_file`, :func:`build_request`) turn every
-problem into :class:`cli.UsageError` naming the option or field, so later commands (``--live``,
-``fedsched snapshot``) can reuse them.
-"""
+"""``fedsched place``: ask the federation engine where a task would go, from a spec and a snapshot file
+(or snapshots read now, with ``--live``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from airflow_provider_fedsched.cli import EXIT_NOT_PLACED, EXIT_OK, UsageError
+from airflow_provider_fedsched.cli._common import (
+    EXIT_NOT_PLACED,
+    EXIT_OK,
+    UsageError,
+    add_member_options,
+    check_clusters,
+    key_value,
+    live_snapshots,
+    load_federation,
+    load_snapshot_file,
+    parse_duration,
+    parse_time,
+)
 from airflow_provider_fedsched.federation import (
-    ClusterSnapshot,
     FederationEngine,
-    FederationSpec,
     QuantityError,
     SpecError,
     TaskRequest,
     Toleration,
-    load_snapshots,
-    load_spec,
     parse_resource_list,
 )
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
-_DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-def parse_duration(text: str, option: str = "--duration") -> float:
-    """``"1h"``, ``"90m"``, ``"1h30m"``, ``"45s"``, ``"2d"`` or plain seconds (``"3600"``) -> seconds."""
-    text = text.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = _DURATION_PART.findall(text)
-        if not parts or "".join(number + unit for number, unit in parts) != text:
-            raise UsageError(
-                f"{option}: '{text}' is not a duration (examples: 3600, 90m, 1h30m, 2d)"
-            ) from None
-        seconds = sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
-    if not seconds >= 0 or seconds == float("inf"):
-        raise UsageError(f"{option}: '{text}' must be a finite, non-negative duration")
-    return seconds
-
-
-def parse_time(text: str, option: str = "--now") -> datetime:
-    """An ISO 8601 timestamp; a naive one is taken as UTC."""
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(
-            f"{option}: '{text}' is not an ISO 8601 timestamp (e.g. 2025-06-01T08:00:00Z)"
-        ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
-def _key_value(text: str, option: str, separator: str = "=") -> tuple[str, str]:
-    key, found, value = text.partition(separator)
-    if not found or not key.strip():
-        raise UsageError(f"{option}: '{text}' is not of the form key{separator}value")
-    return key.strip(), value.strip()
 
 
 def parse_toleration(text: str) -> Toleration:
     """``key=value:Effect``, ``key:Effect`` (Exists), ``key=value`` / ``key`` (any effect), ``*`` (all)."""
     spec, _, effect = text.rpartition(":") if ":" in text else (text, "", "")
-    effect_value = effect or None
-    try:
-        if spec == "*":
-            return Toleration(operator="Exists", effect=effect_value)
+    fields: dict[str, str] = {"operator": "Exists"}
+    if spec != "*":
         key, has_value, value = spec.partition("=")
-        return Toleration(
-            key=key,
-            operator="Equal" if has_value else "Exists",
-            value=value,
-            effect=effect_value,
-        )
-    except ValueError as exc:
-        detail = str(exc).splitlines()
-        message = detail[-1].strip() if detail else str(exc)
+        fields = {"key": key, "operator": "Equal" if has_value else "Exists", "value": value}
+    if effect:
+        fields["effect"] = effect
+    try:
+        return Toleration.from_k8s(fields, field="")
+    except SpecError as exc:
         raise UsageError(
             f"--toleration: '{text}' is not a valid toleration (key=value:Effect with Effect in NoSchedule, "
-            f"PreferNoSchedule, NoExecute): {message}"
+            f"PreferNoSchedule, NoExecute): {exc}"
         ) from None
-
-
-def load_federation(path: str) -> FederationSpec:
-    try:
-        return load_spec(Path(path))
-    except SpecError as exc:
-        raise UsageError(f"--federation {path}: {exc}") from None
-
-
-def load_snapshot_file(path: str) -> dict[str, ClusterSnapshot]:
-    try:
-        return load_snapshots(Path(path))
-    except SpecError as exc:
-        raise UsageError(f"--snapshots {path}: {exc}") from None
 
 
 def _request_resources(args: argparse.Namespace) -> dict[str, Any]:
@@ -114,7 +59,7 @@ def _request_resources(args: argparse.Namespace) -> dict[str, Any]:
     if args.ephemeral_storage is not None:
         quantities["ephemeral-storage"] = args.ephemeral_storage
     for item in args.resource or []:
-        name, value = _key_value(item, "--resource")
+        name, value = key_value(item, "--resource")
         quantities[name] = value
     try:
         return parse_resource_list(quantities)
@@ -126,9 +71,9 @@ def build_request(args: argparse.Namespace) -> TaskRequest:
     try:
         return TaskRequest(
             resources=_request_resources(args),
-            node_selector=dict(_key_value(item, "--node-selector") for item in args.node_selector or []),
+            node_selector=dict(key_value(item, "--node-selector") for item in args.node_selector or []),
             cluster_selector=dict(
-                _key_value(item, "--cluster-selector") for item in args.cluster_selector or []
+                key_value(item, "--cluster-selector") for item in args.cluster_selector or []
             ),
             tolerations=[parse_toleration(item) for item in args.toleration or []],
             datasets=list(args.dataset or []),
@@ -147,7 +92,7 @@ def _forecast(items: Sequence[str]) -> dict[str, float] | None:
         return None
     forecast = {}
     for item in items:
-        cluster, value = _key_value(item, "--forecast")
+        cluster, value = key_value(item, "--forecast")
         try:
             forecast[cluster] = float(value)
         except ValueError:
@@ -158,15 +103,9 @@ def _forecast(items: Sequence[str]) -> dict[str, float] | None:
 def _weights(items: Sequence[str]) -> dict[str, Any]:
     weights: dict[str, Any] = {}
     for item in items:
-        name, value = _key_value(item, "--weight")
+        name, value = key_value(item, "--weight")
         weights[name] = value
     return {"weights": weights} if weights else {}
-
-
-def _check_clusters(names: Sequence[str], known: Mapping[str, object], option: str) -> None:
-    for name in names:
-        if name not in known:
-            raise UsageError(f"{option}: unknown cluster '{name}' (known: {', '.join(sorted(known))})")
 
 
 def run_place(args: argparse.Namespace) -> int:
@@ -174,13 +113,10 @@ def run_place(args: argparse.Namespace) -> int:
         raise UsageError("give either --snapshots SNAP.yaml or --live (read the clusters now)")
     spec = load_federation(args.federation)
     if args.live:
-        from airflow_provider_fedsched.cli_snapshot import live_snapshots
-
-        snapshots = live_snapshots(args.federation, args.kubeconfig, args.timeout)
+        snapshots = live_snapshots(spec, args.kubeconfig, args.timeout)
     else:
         snapshots = load_snapshot_file(args.snapshots)
     request = build_request(args)
-    clusters = {cluster.name: cluster for cluster in spec.clusters}
     if args.now is not None:
         now = parse_time(args.now)
     elif snapshots and not args.live:
@@ -192,7 +128,9 @@ def run_place(args: argparse.Namespace) -> int:
         policy = spec.policy.merged(_weights(args.weight or []))
     except SpecError as exc:
         raise UsageError(f"--weight: {exc}") from None
-    _check_clusters(args.cooldown or [], clusters, "--cooldown")
+    check_clusters(spec, args.cooldown or [], "--cooldown")
+    forecast = _forecast(args.forecast or [])
+    check_clusters(spec, forecast or {}, "--forecast")
     cooldowns = {name: now + timedelta(seconds=policy.cooldown_seconds) for name in args.cooldown or []}
     try:
         decision = FederationEngine(spec).decide(
@@ -200,7 +138,7 @@ def run_place(args: argparse.Namespace) -> int:
             snapshots,
             now=now,
             cooldowns=cooldowns,
-            forecast=_forecast(args.forecast or []),
+            forecast=forecast,
             policy=policy,
         )
     except SpecError as exc:
@@ -208,7 +146,9 @@ def run_place(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(decision.to_dict(), indent=2))
     else:
-        print(decision.render_table(width=args.width), end="")
+        from airflow_provider_fedsched.render import decision_table
+
+        print(decision_table(decision, width=args.width), end="")
     return EXIT_OK if decision.placed else EXIT_NOT_PLACED
 
 
@@ -224,8 +164,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--live", action="store_true", help="score against snapshots read from the clusters now"
     )
-    from airflow_provider_fedsched.cli_snapshot import add_member_options
-
     add_member_options(parser)
     resources = parser.add_argument_group("resources (Kubernetes quantities)")
     resources.add_argument("--cpu", help="cpu request, e.g. 4 or 500m")

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from airflow_provider_fedsched.cli import UsageError
+from airflow_provider_fedsched.cli._common import UsageError
 from airflow_provider_fedsched.sim.cluster import SimPortInUse
 from airflow_provider_fedsched.sim.config import SimConfigError, default_config, load_config
 from airflow_provider_fedsched.sim.control import FAULT_KINDS

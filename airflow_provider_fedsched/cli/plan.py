@@ -16,16 +16,19 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_fedsched.cli import EXIT_OK, UsageError
-from airflow_provider_fedsched.cli_place import load_federation, parse_duration
-from airflow_provider_fedsched.cli_snapshot import add_member_options
+from airflow_provider_fedsched.cli._common import (
+    EXIT_OK,
+    UsageError,
+    add_member_options,
+    add_verb,
+    load_federation,
+    parse_duration,
+)
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "plan",
-        help="precompute placements for the upcoming runs of scheduled federated DAGs",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+    parser = add_verb(
+        subparsers, "plan", "precompute placements for the upcoming runs of scheduled federated DAGs", __doc__
     )
     parser.add_argument("--dags-folder", help="DAGs folder to read (default: Airflow's [core] dags_folder)")
     parser.add_argument(
@@ -40,12 +43,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--fallbacks", type=int, default=2, help="fallback clusters per plan (default 2)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan table, store nothing")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Airflow's log while it reads the DAGs (on stderr)"
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_provider_fedsched.plans.planner import render_plan_table, run_planner
-
     horizon = timedelta(seconds=parse_duration(args.horizon, "--horizon"))
     valid_for = timedelta(seconds=parse_duration(args.valid_for, "--valid-for"))
     if args.runs < 1:
@@ -58,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file")
     if args.kubeconfig is not None and args.federation is None:
         raise UsageError("--kubeconfig: needs --federation (the spec whose clusters it names)")
+    if not args.verbose:
+        # Airflow logs every DAG file it parses; the command reports what was not planned itself. Set
+        # before Airflow is first imported (it reads its configuration once); an explicit level wins.
+        os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "CRITICAL")
+    from airflow_provider_fedsched.plans.planner import run_planner
+    from airflow_provider_fedsched.render import plan_table
+
     # Airflow logs to stdout while it parses DAGs; keep stdout for the table or the JSON document.
     with contextlib.redirect_stdout(sys.stderr):
         planned, errors = run_planner(
@@ -80,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
     else:
-        print(render_plan_table(planned), end="")
+        print(plan_table(planned), end="")
         stored = sum(run.plan is not None for run in planned)
         print("dry run: nothing stored" if args.dry_run else f"stored {stored} plan(s)")
     return EXIT_OK

@@ -1,0 +1,253 @@
+"""Node fit: could any node of the cluster ever hold the pod, and does one have room for it now?
+
+One walk of the cluster's index answers both, at two points of the filter order: ``Capacity`` among the
+hard rules (no node, even empty, could ever fit: ``UnschedulableAndUnresolvable``, so waiting will not
+help) and ``NodeFit`` last (no ready node has room now, counting in-flight reservations:
+``Unschedulable``). The walk's result is kept per cluster in this plugin's data until ``NodeFit`` asks.
+A node fits when it matches the node selector, has only tolerated ``NoSchedule``/``NoExecute`` taints and
+has the whole request free; the reason counts nodes the way the kube-scheduler does
+("0/3 nodes fit: 3 Insufficient nvidia.com/gpu").
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from airflow_provider_fedsched.federation.framework import (
+    SUCCESS,
+    ClusterView,
+    CycleState,
+    DataKey,
+    FilterPlugin,
+    Status,
+    unresolvable,
+    unschedulable,
+)
+from airflow_provider_fedsched.federation.request import Toleration, tolerates_all
+from airflow_provider_fedsched.federation.resources import ResourceList, format_quantity
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.snapshot import ClusterIndex
+    from airflow_provider_fedsched.federation.spec import Taint
+
+__all__ = ["Capacity", "NodeFit"]
+
+
+# What one walk of a cluster's index found.
+_NEVER = 0
+"""No node, even empty, could hold the pod."""
+_LATER = 1
+"""Some node could, but no ready, schedulable node has room now."""
+_NOW = 2
+"""Some ready, schedulable node has room now."""
+
+
+@dataclass(slots=True)
+class _NodeFitData:
+    items: tuple[tuple[str, int], ...]
+    selector: Mapping[str, str]
+    tolerations: tuple[Toleration, ...]
+    tolerated_taints: dict[tuple[Taint, ...], bool] = field(default_factory=dict)
+    walks: dict[str, int] = field(default_factory=dict)
+    """Cluster -> what the one walk of its index found, for the point that asks second."""
+
+    def tolerated(self, taints: tuple[Taint, ...]) -> bool:
+        if not taints:
+            return True
+        known = self.tolerated_taints.get(taints)
+        if known is None:
+            known = self.tolerated_taints[taints] = tolerates_all(self.tolerations, taints)
+        return known
+
+    def walk(self, cluster: ClusterView, index: ClusterIndex) -> int:
+        name = cluster.spec.name
+        found = self.walks.get(name)
+        if found is None:
+            found = self.walks[name] = _walk(self, cluster, index)
+        return found
+
+
+_DATA = DataKey[_NodeFitData]("NodeFit")
+
+
+def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def _fits(items: tuple[tuple[str, int], ...], free: Mapping[str, int]) -> bool:
+    # A plain loop: this is the hot path, and all() over a generator costs about twice as much here.
+    for name, amount in items:  # noqa: SIM110
+        if amount > free.get(name, 0):
+            return False
+    return True
+
+
+def _charge_reservation(
+    data: _NodeFitData, index: ClusterIndex, reservation: ResourceList
+) -> dict[str, ResourceList]:
+    """Node name -> free after charging the in-flight reservation.
+
+    Where the in-flight pods land is unknown, so each resource is charged to the nodes this request could
+    use (tolerated taints, matching node selector) with the most of it free first: the pessimistic guess
+    for the next pod (better to wait than to leave a pod Pending). Charging nodes the request cannot use
+    (say, in-flight CPU on tainted GPU nodes for a CPU pod) would hide the pods that took its room.
+    """
+    adjusted: dict[str, ResourceList] = {}
+    groups = tuple(position for position, group in enumerate(index.groups) if data.tolerated(group.taints))
+    selector = tuple(sorted(data.selector.items()))
+    for name, amount in reservation.items():
+        left = amount
+        for node in index.by_free(name, groups, selector):
+            if left <= 0:
+                break
+            free = adjusted.setdefault(node.name, dict(node.free))
+            take = min(left, free.get(name, 0))
+            if take > 0:
+                free[name] -= take
+                left -= take
+    return adjusted
+
+
+def _in_flight(cluster: ClusterView) -> ResourceList:
+    return {name: amount for name, amount in cluster.reservation.items() if amount > 0}
+
+
+def _walk(data: _NodeFitData, cluster: ClusterView, index: ClusterIndex) -> int:
+    """One pass over the index answering both questions; stops at the first node with room now."""
+    items, selector = data.items, data.selector
+    adjusted: dict[str, ResourceList] | None = None
+    charged = False
+    ever = False
+    for group in index.groups:
+        if not data.tolerated(group.taints) or not _fits(items, group.max_allocatable):
+            continue
+        may_fit_now = _fits(items, group.max_free)
+        if ever and not may_fit_now:
+            continue
+        if may_fit_now and not charged:
+            # In-flight reservations only matter where something may fit now: charge them once, here.
+            charged = True
+            reservation = _in_flight(cluster) if cluster.reservation else None
+            adjusted = _charge_reservation(data, index, reservation) if reservation else None
+        for node in group.nodes:
+            if selector and not _selector_matches(selector, node.labels):
+                continue
+            if may_fit_now and node.schedulable:
+                free = adjusted.get(node.name, node.free) if adjusted else node.free
+                if _fits(items, free):
+                    return _NOW
+            elif ever:
+                break  # schedulable nodes come first: nothing left in this group fits now
+            if not ever and _fits(items, node.allocatable):
+                ever = True
+    return _LATER if ever else _NEVER
+
+
+def _explain(
+    data: _NodeFitData,
+    index: ClusterIndex,
+    available: Mapping[str, ResourceList] | None,
+    check_status: bool,
+) -> str:
+    """Kubernetes-style "0/3 nodes fit: 3 Insufficient nvidia.com/gpu" over every node of the cluster.
+
+    Each node counts once under the first check it fails (status, taints, selector), or once per
+    resource it lacks. ``available`` overrides nodes' free resources (reservations); ``check_status``
+    False compares requests with allocatable and ignores readiness (the "could it ever fit" question).
+    """
+    counts: dict[str, int] = {}
+
+    def count(reason: str, times: int) -> None:
+        if times:
+            counts[reason] = counts.get(reason, 0) + times
+
+    selector = data.selector
+    items = data.items
+    for group in index.groups:
+        considered = len(group.nodes)
+        if check_status:
+            count("node(s) were unschedulable or not ready", considered - group.schedulable_count)
+            considered = group.schedulable_count
+        if not data.tolerated(group.taints):
+            first = next(t for t in group.taints if not tolerates_all(data.tolerations, (t,)))
+            count("node(s) had untolerated taint {" + f"{first.key}: {first.value}" + "}", considered)
+            continue
+        if not selector and available is None:
+            # No per-node condition left: count shortfalls per resource by bisecting the sorted amounts.
+            columns = group.sorted_free if check_status else group.sorted_allocatable
+            for name, amount in items:
+                column = columns.get(name)
+                count(
+                    f"Insufficient {name}", bisect_left(column, amount) if column is not None else considered
+                )
+            continue
+        for node in group.nodes:
+            if check_status and not node.schedulable:
+                continue  # counted above
+            if selector and not _selector_matches(selector, node.labels):
+                count("node(s) didn't match Pod's node affinity/selector", 1)
+                continue
+            if not check_status:
+                free = node.allocatable
+            elif available is not None and node.name in available:
+                free = available[node.name]
+            else:
+                free = node.free
+            for name, amount in items:
+                if amount > free.get(name, 0):
+                    count(f"Insufficient {name}", 1)
+    details = ", ".join(f"{times} {reason}" for reason, times in sorted(counts.items()))
+    return f"0/{index.node_count} nodes fit: {details}" if details else f"0/{index.node_count} nodes fit"
+
+
+def _format_resources(resources: Iterable[tuple[str, int]]) -> str:
+    return ", ".join(f"{name} {format_quantity(name, amount)}" for name, amount in resources if amount)
+
+
+class _NodeFitPoint(FilterPlugin):
+    """Both points share the plugin's data (one walk per cluster); whichever is prepared first makes it."""
+
+    def prepare(self, state: CycleState) -> None:
+        if not _DATA.present(state):
+            request = state.request
+            _DATA.put(
+                state, _NodeFitData(state.request_items, request.node_selector, tuple(request.tolerations))
+            )
+
+
+class Capacity(_NodeFitPoint):
+    """Could any node, even empty, ever hold the pod? If not, waiting will not help."""
+
+    name: ClassVar[str] = "Capacity"
+
+    def filter(self, state: CycleState, cluster: ClusterView) -> Status:
+        index = cluster.index
+        if index is None or not index.node_count:
+            return SUCCESS  # nothing known about the nodes: not a reason to give up
+        data: _NodeFitData = state.data[_DATA.name]  # per cluster: indexing, not a call
+        if data.walk(cluster, index) != _NEVER:
+            return SUCCESS
+        return unresolvable("no node could ever fit, even empty: " + _explain(data, index, None, False))
+
+
+class NodeFit(_NodeFitPoint):
+    """At least one ready, schedulable node matches the selector, tolerates-wise, and has room now."""
+
+    name: ClassVar[str] = "NodeFit"
+
+    def filter(self, state: CycleState, cluster: ClusterView) -> Status:
+        index = cluster.index
+        if index is None:
+            return unschedulable("no snapshot of this cluster")
+        data: _NodeFitData = state.data[_DATA.name]  # per cluster: indexing, not a call
+        if data.walk(cluster, index) == _NOW:
+            return SUCCESS
+        reservation = _in_flight(cluster)
+        adjusted = _charge_reservation(data, index, reservation) if reservation else None
+        reason = _explain(data, index, adjusted, check_status=True)
+        if reservation:
+            reason += f" (counting in-flight reservations: {_format_resources(sorted(reservation.items()))})"
+        return unschedulable(reason)

@@ -1,0 +1,214 @@
+"""``TestbedFederation``: N real member clusters from a simulator config, with the simulator's files.
+
+It writes what ``SimFederation`` writes (``kubeconfig``, ``federation.yaml``, ``airflow.env``) plus
+``testbed.json``; its handles answer the simulator handles' calls that a real cluster can answer, so the
+operator and hook scenarios run unchanged against either.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from airflow_provider_fedsched.sim.config import (
+    SimConfig,
+    default_config,
+    federation_spec,
+    load_config,
+    parse_config,
+)
+from airflow_provider_fedsched.sim.harness import conn_id
+from airflow_provider_fedsched.testbed import binaries
+from airflow_provider_fedsched.testbed.agent import PodAgent, ensure_xcom_link
+from airflow_provider_fedsched.testbed.cluster import TestbedCluster
+from airflow_provider_fedsched.testbed.handles import TestbedClusterHandle
+
+
+class TestbedFederation:
+    """Start every configured cluster (in parallel) on 127.0.0.1; use as a context manager.
+
+    ``config``: a :class:`SimConfig`, a mapping, a YAML path, or ``None`` for the simulator's default
+    three clusters. ``state_dir``: where the files go (a temporary directory when ``None``).
+    ``time_scale`` multiplies pod run and start durations (Kubernetes' own timers stay real).
+    """
+
+    __test__ = False
+
+    def __init__(
+        self,
+        config: SimConfig | Mapping[str, Any] | str | Path | None = None,
+        state_dir: str | Path | None = None,
+        time_scale: float | None = None,
+    ) -> None:
+        if config is None:
+            cfg = default_config()
+        elif isinstance(config, SimConfig):
+            cfg = config
+        elif isinstance(config, Mapping):
+            cfg = parse_config(dict(config))
+        else:
+            cfg = load_config(config)
+        if time_scale is not None:
+            cfg = cfg.model_copy(update={"time_scale": time_scale})
+        self.config = cfg
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if state_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="fedsched-testbed-")
+            state_dir = self._tmp.name
+        self.state_dir = Path(state_dir)
+        # The exec user (nobody) must reach each pod's directory: a folder of its own under /tmp.
+        self._exec_root = Path(tempfile.mkdtemp(prefix="fedsched-testbed-pods-"))
+        self._exec_root.chmod(0o711)
+        self.clusters: dict[str, TestbedCluster] = {}
+        self.agents: dict[str, PodAgent] = {}
+        self.handles: dict[str, TestbedClusterHandle] = {}
+        self.startup_seconds = 0.0
+
+    def __enter__(self) -> TestbedFederation:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> TestbedFederation:
+        binaries.check()
+        ensure_xcom_link()
+        began = time.monotonic()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for cfg in self.config.clusters:
+            root = self.state_dir / "clusters" / cfg.name
+            if root.exists():
+                shutil.rmtree(root)  # a previous run's etcd and certificates: start clean
+            self.clusters[cfg.name] = TestbedCluster(cfg, root, self.config.time_scale)
+        try:
+            with ThreadPoolExecutor(max_workers=len(self.clusters)) as pool:
+                list(pool.map(lambda c: c.start(), self.clusters.values()))
+            for name, cluster in self.clusters.items():
+                self.agents[name] = PodAgent(cluster.admin(), self._exec_root / name).start()
+                self.handles[name] = TestbedClusterHandle(cluster)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        self.write_files()
+        return self
+
+    def stop(self) -> None:
+        for agent in self.agents.values():
+            agent.stop()
+        self.agents.clear()
+        for cluster in self.clusters.values():
+            cluster.stop()
+        shutil.rmtree(self._exec_root, ignore_errors=True)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __getitem__(self, name: str) -> TestbedClusterHandle:
+        return self.handles[name]
+
+    def __iter__(self) -> Iterator[TestbedClusterHandle]:
+        return iter(self.handles.values())
+
+    def create_namespace(self, name: str) -> None:
+        """In every member: the namespace, its default service account and the provider's Role."""
+        for cluster in self.clusters.values():
+            cluster.ensure_namespace(name)
+
+    def memory_bytes(self) -> dict[str, dict[str, int]]:
+        return {name: cluster.memory_bytes() for name, cluster in self.clusters.items()}
+
+    # -- generated files (the shapes of SimFederation's) -------------------------------------------
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    def kubeconfig(self, only: str | None = None, provider: bool = False) -> dict[str, Any]:
+        """Contexts named after the clusters; the admin's token, or the provider's (``provider=True``)."""
+        names = [only] if only else list(self.clusters)
+
+        def token(n: str) -> str:
+            cluster = self.clusters[n]
+            return cluster.provider_token if provider else cluster.token
+
+        user = "provider" if provider else "user"
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
+            "current-context": names[0],
+            "clusters": [
+                {
+                    "name": n,
+                    "cluster": {
+                        "server": self.clusters[n].url,
+                        "certificate-authority-data": _b64(self.clusters[n].ca_path.read_bytes()),
+                    },
+                }
+                for n in names
+            ],
+            "users": [{"name": f"{n}-{user}", "user": {"token": token(n)}} for n in names],
+            "contexts": [
+                {"name": n, "context": {"cluster": n, "user": f"{n}-{user}", "namespace": "default"}}
+                for n in names
+            ],
+        }
+
+    def federation_spec(self) -> dict[str, Any]:
+        return federation_spec(self.config)
+
+    def airflow_env_vars(self) -> dict[str, str]:
+        """One Airflow connection per member, with the provider's least-privilege identity."""
+        out = {}
+        for name in self.clusters:
+            extra = {"kube_config": json.dumps(self.kubeconfig(name, provider=True)), "namespace": "default"}
+            out[f"AIRFLOW_CONN_{conn_id(name).upper()}"] = json.dumps(
+                {"conn_type": "kubernetes", "extra": extra}
+            )
+        return out
+
+    def airflow_env(self) -> str:
+        return "".join(f"{key}='{value}'\n" for key, value in self.airflow_env_vars().items())
+
+    def write_files(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        self.kubeconfig_path.chmod(0o600)
+        (self.state_dir / "federation.yaml").write_text(
+            yaml.safe_dump(self.federation_spec(), sort_keys=False)
+        )
+        env = self.state_dir / "airflow.env"
+        env.write_text(self.airflow_env())
+        env.chmod(0o600)
+        (self.state_dir / "testbed.json").write_text(
+            json.dumps(
+                {
+                    "kubernetes": binaries.KUBERNETES_VERSION,
+                    "time_scale": self.config.time_scale,
+                    "clusters": {
+                        n: {
+                            "url": c.url,
+                            "conn_id": conn_id(n),
+                            "pids": {p: proc.pid for p, proc in c.processes.items()},
+                            "logs": str(c.root / "logs"),
+                        }
+                        for n, c in self.clusters.items()
+                    },
+                },
+                indent=2,
+            )
+        )
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()

@@ -1,0 +1,113 @@
+"""Child processes of the test bed: one log file each, ended with their parent, stopped by their id."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+# The death signal follows the thread that forked the child, not the process: every child is started
+# from this one long-lived thread, so it ends with the process and not with a short-lived caller thread.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="testbed-spawner")
+
+
+def _die_with_parent() -> None:
+    # A shell's background job inherits SIGINT ignored; the sidecar's `kill -2` must reach kwok's shells.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # A test run or `fedsched testbed up` that is killed must not leave control planes behind.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port() -> int:
+    """A port the kernel just handed out on 127.0.0.1 (the component binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Process:
+    """One component: started with its log file, stopped with SIGTERM then SIGKILL."""
+
+    def __init__(self, name: str, argv: list[str], log: Path) -> None:
+        self.name, self.argv, self.log = name, argv, log
+        self._out = log.open("ab")
+        self.popen = _SPAWNER.submit(
+            subprocess.Popen,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            close_fds=True,
+        ).result()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def rss_bytes(self) -> int:
+        try:
+            return int(psutil.Process(self.pid).memory_info().rss)
+        except psutil.Error:
+            return 0
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)
+                self.popen.terminate()
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout)
+        self._out.close()
+
+
+class StartupError(RuntimeError):
+    """A component did not come up; the message carries the end of its log."""
+
+
+def wait_until(check: object, what: str, timeout: float, processes: list[Process]) -> None:
+    """Poll ``check()`` until truthy; fail early, with the log tail, if a component died meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for proc in processes:
+            if not proc.alive():
+                raise StartupError(
+                    f"{proc.name} exited ({proc.popen.returncode}) while waiting for {what}:\n{proc.tail()}"
+                )
+        try:
+            if check():  # type: ignore[operator]
+                return
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {p.name} ({p.log})\n{p.tail()}" for p in processes)
+            raise StartupError(f"timed out after {timeout:.0f}s waiting for {what}\n{tails}")
+        time.sleep(0.1)

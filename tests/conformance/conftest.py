@@ -1,0 +1,107 @@
+"""The conformance suite's fixtures: the project's scenarios against real control planes (the test bed).
+
+The simulator suites' fixture names are provided here with test-bed federations, so that their tests,
+imported into this folder's modules, run unchanged against kube-apiserver, kube-scheduler and
+kube-controller-manager v1.36 with kwok nodes. Needs `make testbed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from airflow_provider_fedsched.testbed import TestbedFederation
+from tests.operators.conftest import federation  # noqa: F401 - the operator scenarios' spec fixture
+
+# Pod run and start durations run 4x faster than written (Kubernetes' own timers stay real).
+TIME_SCALE = 0.25
+HERE = Path(__file__).parent
+# What the suite started, for run.py's summary line: (cluster name, /version gitVersion).
+STARTED: list[tuple[str, str]] = []
+
+
+@contextlib.contextmanager
+def running(fed: TestbedFederation) -> Iterator[TestbedFederation]:
+    with fed:
+        for name, cluster in fed.clusters.items():
+            STARTED.append((name, client.VersionApi(cluster.admin()).get_code().git_version))
+        yield fed
+
+
+def _source_order(item: pytest.Item) -> tuple[str, str, int]:
+    """Imported tests run in the order of the file they come from, as in their own suite."""
+    function = getattr(item, "function", None)
+    code = getattr(function, "__code__", None)
+    return (str(item.fspath), code.co_filename if code else "", code.co_firstlineno if code else 0)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    ours = [i for i, item in enumerate(items) if Path(str(item.fspath)).is_relative_to(HERE)]
+    for index in ours:
+        items[index].add_marker(pytest.mark.conformance)
+    for index, item in zip(ours, sorted((items[i] for i in ours), key=_source_order), strict=True):
+        items[index] = item
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[TestbedFederation]:
+    """The simulator's default three clusters, each a real control plane; shared by the whole suite."""
+    with running(TestbedFederation(time_scale=TIME_SCALE)) as fed:
+        fed.create_namespace("etl")
+        yield fed
+
+
+@pytest.fixture(scope="session")
+def fed(testbed: TestbedFederation) -> TestbedFederation:
+    """The simulator suites' shared federation."""
+    return testbed
+
+
+@pytest.fixture(scope="session")
+def sim_federation(testbed: TestbedFederation, airflow_db: None) -> Iterator[TestbedFederation]:
+    """The operator scenarios' federation: one Airflow connection per member, least-privilege identity."""
+    saved = {key: os.environ.get(key) for key in testbed.airflow_env_vars()}
+    os.environ.update(testbed.airflow_env_vars())
+    yield testbed
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def small_fed() -> Iterator[TestbedFederation]:
+    """A private one-cluster federation per test, as in the simulator suite (tests break nodes, fill it)."""
+    cfg = {
+        "time_scale": TIME_SCALE,
+        "clusters": [
+            {"name": "solo", "node_pools": [{"name": "p", "count": 2, "cpu": "2", "memory": "4Gi"}]}
+        ],
+    }
+    with running(TestbedFederation(cfg)) as solo_federation:
+        yield solo_federation
+
+
+def core_api(fed: TestbedFederation, context: str) -> client.CoreV1Api:
+    return client.CoreV1Api(config.new_client_from_config(str(fed.kubeconfig_path), context=context))
+
+
+@pytest.fixture
+def east(fed: TestbedFederation) -> Iterator[client.CoreV1Api]:
+    api = core_api(fed, "east-cpu")
+    yield api
+    api.api_client.close()
+
+
+@pytest.fixture
+def solo(small_fed: TestbedFederation) -> Iterator[client.CoreV1Api]:
+    api = core_api(small_fed, "solo")
+    yield api
+    api.api_client.close()

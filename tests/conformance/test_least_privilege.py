@@ -1,0 +1,138 @@
+"""The provider runs with exactly deploy/rbac-cluster.yaml + deploy/rbac.yaml, and fails clearly,
+naming the missing permission, with less."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from airflow_provider_fedsched.sim import wait_for
+from airflow_provider_fedsched.testbed import TestbedFederation
+from airflow_provider_fedsched.testbed.rbac import (
+    CLUSTER_MANIFEST,
+    NAMESPACED_MANIFEST,
+    manifest,
+    provider_token,
+)
+
+pytestmark = [pytest.mark.integration]
+
+
+def rules(path: Path, kind: str) -> list[dict[str, Any]]:
+    return next(doc for doc in manifest(path) if doc["kind"] == kind)["rules"]
+
+
+def test_the_provider_identity_holds_exactly_the_manifests_rules(fed: TestbedFederation) -> None:
+    cluster = fed["east-cpu"].cluster
+    api = client.ApiClient(cluster.client_config(token=cluster.provider_token))
+    review = client.AuthorizationV1Api(api).create_self_subject_rules_review({"spec": {"namespace": "etl"}})
+    granted = {
+        (resource, verb)
+        for rule in review.status.resource_rules
+        for resource in rule.resources or []
+        for verb in rule.verbs
+        if "selfsubject" not in resource  # every authenticated user may ask what it may do
+    }
+    wanted = {
+        (resource, verb)
+        for rule in rules(NAMESPACED_MANIFEST, "Role") + rules(CLUSTER_MANIFEST, "ClusterRole")
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == wanted
+
+
+@pytest.fixture(scope="module")
+def reduced(fed: TestbedFederation) -> Iterator[Any]:
+    """Make an identity like the provider's, with one rule of the manifests removed."""
+    cluster = fed["east-cpu"].cluster
+    api = cluster.admin()
+    rbac, core = client.RbacAuthorizationV1Api(api), client.CoreV1Api(api)
+
+    def make(drop_resource: str, drop_verb: str) -> str:
+        name = f"fedsched-less-{drop_resource.replace('/', '-')}-{drop_verb}"
+        subject = [{"kind": "ServiceAccount", "name": name, "namespace": "fedsched-system"}]
+        core.create_namespaced_service_account("fedsched-system", {"metadata": {"name": name}})
+        core.create_namespaced_secret(
+            "fedsched-system",
+            {
+                "metadata": {"name": name, "annotations": {"kubernetes.io/service-account.name": name}},
+                "type": "kubernetes.io/service-account-token",
+            },
+        )
+
+        def without(kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            out = []
+            for rule in kept:
+                verbs = [
+                    v for v in rule["verbs"] if not (drop_resource in rule["resources"] and v == drop_verb)
+                ]
+                if verbs:
+                    out.append({**rule, "verbs": verbs})
+            return out
+
+        rbac.create_cluster_role(
+            {"metadata": {"name": name}, "rules": without(rules(CLUSTER_MANIFEST, "ClusterRole"))}
+        )
+        rbac.create_cluster_role_binding(
+            {
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": subject,
+            }
+        )
+        for namespace in ("default", "etl"):
+            rbac.create_namespaced_role(
+                namespace, {"metadata": {"name": name}, "rules": without(rules(NAMESPACED_MANIFEST, "Role"))}
+            )
+            rbac.create_namespaced_role_binding(
+                namespace,
+                {
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": subject,
+                },
+            )
+        return provider_token(
+            api, lambda what, check: wait_for(check, 60, message=what), ("fedsched-system", name)
+        )
+
+    yield make
+
+
+def kubeconfig_with(fed: TestbedFederation, token: str, tmp_path: Path) -> Path:
+    config = fed.kubeconfig("east-cpu", provider=True)
+    config["users"][0]["user"]["token"] = token
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_snapshot_without_listing_nodes_names_the_permission(
+    fed: TestbedFederation, reduced: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_fedsched import cli
+
+    token = reduced("nodes", "list")
+    kubeconfig = kubeconfig_with(fed, token, tmp_path)
+    code = cli.main(
+        [
+            "snapshot",
+            "--federation",
+            str(fed.state_dir / "federation.yaml"),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--json",
+        ]
+    )
+    shown = json.loads(capsys.readouterr().out)
+    row = next(r for r in shown["clusters"] if r["cluster"] == "east-cpu")
+
+    assert code == 0 and row["reachable"] is False
+    assert 'cannot list resource "nodes"' in row["reason"] and token not in row["reason"]

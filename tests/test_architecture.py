@@ -1,0 +1,265 @@
+"""The house rules that code review alone does not keep: no import circle in the package, no module over
+500 lines, and ``federation/`` importing only the standard library, pydantic and PyYAML.
+
+The import graph is read from the source (``ast``), not by importing anything. Every ``import`` statement
+counts: at module level, inside a function (a lazy import still makes the two modules depend on each
+other) and under ``if TYPE_CHECKING:`` (a type-only import is a dependency of the design, as when a
+helper's annotations name the object that builds it). An import of a package's name
+(``from pkg import name``) is an edge to the package's ``__init__``; of a submodule (``from pkg import
+sub``), to that submodule. Circles are looked for twice: between modules, and between the package's
+top-level parts (``cli``, ``federation``, ``operators``, ...), where two layers must not lean on each other.
+
+``KNOWN_CIRCLES`` and ``KNOWN_LONG_MODULES`` list what other branches of issue 14 are taking apart: each
+entry must still be true (so that it is removed as soon as its fix lands), and nothing else may appear.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "airflow_provider_fedsched"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+MAX_LINES = 500
+
+# Each strongly connected component of the import graph, as its sorted module names, with who fixes it.
+KNOWN_CIRCLES: dict[tuple[str, ...], str] = {}
+# The same between the package's top-level parts (sorted full names), with who fixes it.
+KNOWN_PART_CIRCLES: dict[tuple[str, ...], str] = {
+    (f"{PACKAGE}.operators", f"{PACKAGE}.plans"): "branch contract: plans stand on hooks, not on operators",
+}
+# Modules over MAX_LINES lines, with who splits them.
+KNOWN_LONG_MODULES: dict[str, str] = {
+    f"{PACKAGE}.operators.federated_pod": "branch contract: pod I/O in kube/pods.py, kube/failures.classify",
+}
+# Generated data may be long.
+GENERATED: frozenset[str] = frozenset()
+
+FEDERATION_ALLOWED = {"pydantic", "yaml"}
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+    module: str = ""
+    """The importing module, when ``source`` is a part of the package rather than the module itself."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    return (node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom))
+
+
+def _absolute(node: ast.ImportFrom, source: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = source.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, int]]:
+    """(imported module, line) for every import in ``path``, package modules and third-party alike."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in _imports(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+            continue
+        target = _absolute(node, name, path.name == "__init__.py")
+        for alias in node.names:
+            submodule = f"{target}.{alias.name}"
+            yield (submodule if submodule in known else target), node.lineno
+
+
+def import_graph() -> list[Edge]:
+    known = modules()
+    edges = []
+    for name, path in known.items():
+        for target, line in imports_of(name, path, known):
+            if target in known and target != name:
+                edges.append(Edge(name, target, line))
+    return edges
+
+
+def strongly_connected(edges: list[Edge]) -> list[list[str]]:
+    """Tarjan's algorithm: the components of more than one module (each holds at least one circle)."""
+    graph: dict[str, list[str]] = {}
+    for edge in edges:
+        graph.setdefault(edge.source, []).append(edge.target)
+        graph.setdefault(edge.target, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for node in sorted(graph):
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)
+    return sorted(components)
+
+
+def shortest_circle(component: list[str], edges: list[Edge]) -> list[Edge]:
+    """A shortest circle through the component's first module, as the import edges (with lines) it uses."""
+    members = set(component)
+    start = component[0]
+    outgoing: dict[str, list[Edge]] = {}
+    for edge in edges:
+        if edge.source in members and edge.target in members:
+            outgoing.setdefault(edge.source, []).append(edge)
+    paths: dict[str, list[Edge]] = {start: []}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for edge in sorted(outgoing.get(node, []), key=lambda e: (e.target, e.line)):
+                if edge.target == start:
+                    return [*paths[node], edge]
+                if edge.target not in paths:
+                    paths[edge.target] = [*paths[node], edge]
+                    following.append(edge.target)
+        frontier = following
+    raise AssertionError(f"no circle through {start}")  # pragma: no cover - a component always has one
+
+
+def describe(component: list[str], edges: list[Edge]) -> str:
+    def short(name: str) -> str:
+        return name.removeprefix(PACKAGE + ".")
+
+    steps = [
+        f"{short(e.source)} ({short(e.module) + ' ' if e.module else ''}line {e.line}) -> {short(e.target)}"
+        for e in shortest_circle(component, edges)
+    ]
+    return f"{[short(m) for m in component]}: e.g. " + ", ".join(steps)
+
+
+def part_of(module: str) -> str:
+    """The top-level part of the package a module belongs to (``airflow_provider_fedsched.sim.api`` ->
+    ``airflow_provider_fedsched.sim``); the package's own ``__init__`` is a part of its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def part_graph(edges: list[Edge]) -> list[Edge]:
+    """The import edges between top-level parts, one per importing module and line."""
+    return [
+        Edge(part_of(e.source), part_of(e.target), e.line, e.source)
+        for e in edges
+        if part_of(e.source) != part_of(e.target)
+    ]
+
+
+def check_circles(edges: list[Edge], known: dict[tuple[str, ...], str], level: str) -> None:
+    found = {tuple(component): describe(component, edges) for component in strongly_connected(edges)}
+    new = [text for component, text in found.items() if component not in known]
+    assert not new, f"import circle(s) between {level}:\n" + "\n".join(new)
+    gone = [f"{list(c)} ({owner})" for c, owner in known.items() if c not in found]
+    assert not gone, f"circles between {level} fixed since: remove them from the known list:\n" + "\n".join(
+        gone
+    )
+
+
+def test_no_import_circle_between_modules() -> None:
+    check_circles(import_graph(), KNOWN_CIRCLES, "modules")
+
+
+def test_no_import_circle_between_the_packages_parts() -> None:
+    check_circles(part_graph(import_graph()), KNOWN_PART_CIRCLES, "parts of the package")
+
+
+def test_no_module_over_500_lines() -> None:
+    lengths = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules().items()}
+    long = {name: lines for name, lines in lengths.items() if lines > MAX_LINES and name not in GENERATED}
+    new = sorted(f"{name}: {lines} lines" for name, lines in long.items() if name not in KNOWN_LONG_MODULES)
+    assert not new, f"modules over {MAX_LINES} lines:\n" + "\n".join(new)
+    gone = sorted(name for name in KNOWN_LONG_MODULES if name not in long)
+    assert not gone, f"now within {MAX_LINES} lines: remove from KNOWN_LONG_MODULES: {gone}"
+
+
+def test_federation_imports_only_the_standard_library_pydantic_and_yaml() -> None:
+    known = modules()
+    foreign = []
+    for name, path in known.items():
+        if not name.startswith(f"{PACKAGE}.federation"):
+            continue
+        for target, line in imports_of(name, path, known):
+            top = target.split(".")[0]
+            if target.startswith(f"{PACKAGE}.federation") or top in FEDERATION_ALLOWED:
+                continue
+            if top == PACKAGE or top not in sys.stdlib_module_names:
+                foreign.append(f"{name} (line {line}) imports {target}")
+    assert not foreign, "\n".join(foreign)
+
+
+# The checker itself, on a small made-up graph.
+@pytest.mark.parametrize(
+    ("pairs", "components"),
+    [
+        ([("a", "b"), ("b", "c")], []),
+        ([("a", "b"), ("b", "a"), ("b", "c")], [["a", "b"]]),
+        ([("a", "b"), ("b", "c"), ("c", "a"), ("d", "e"), ("e", "d")], [["a", "b", "c"], ["d", "e"]]),
+    ],
+)
+def test_circles_are_found_and_described(pairs: list[tuple[str, str]], components: list[list[str]]) -> None:
+    edges = [Edge(source, target, line) for line, (source, target) in enumerate(pairs, start=1)]
+    assert strongly_connected(edges) == components
+    for component in components:
+        circle = shortest_circle(component, edges)
+        assert circle[0].source == circle[-1].target == component[0]
+        assert all(a.target == b.source for a, b in itertools.pairwise(circle))
+
+
+def test_lazy_and_type_only_imports_count() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import only_for_types\n"
+        "def f():\n    import lazily_used\n"
+    )
+    imported = sorted(
+        node.module or "" if isinstance(node, ast.ImportFrom) else node.names[0].name
+        for node in _imports(tree)
+    )
+    assert imported == ["lazily_used", "only_for_types", "typing"]
