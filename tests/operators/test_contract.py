@@ -192,3 +192,17 @@ def test_a_waiting_try_shows_on_the_federation_page_while_it_waits(
     live = seen[0]["live"]
     assert live["state"] == "waiting" and "west-general" in live["why"]
     assert datetime.fromisoformat(live["since"]) <= datetime.fromisoformat(record["ended_at"])
+
+
+def test_a_trigger_that_fails_deletes_the_pod_and_never_runs_the_work_twice(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+) -> None:
+    state, record, _ = run("fed_trigger_fails")
+
+    assert state == "failed" and record is not None
+    (attempt,) = record["attempts"]
+    assert attempt["outcome"] == "failed"
+    assert "the pod trigger failed" in record["reason"] and "the trigger broke" in record["reason"]
+    assert "its pod was deleted" in record["reason"]
+    assert creates() == 1  # not started again elsewhere
+    assert pods_of(sim_federation, "fed_trigger_fails") == []

@@ -120,3 +120,28 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
 federated_dag("fed_cluster_selector", cluster_selector={"gpu": "true"})
 federated_dag("fed_hard_quota", namespace="etl", wait_timeout=600)
 federated_dag("fed_broken_member")
+
+# A deferred try ended by a user while no triggerer runs (test_ended_while_deferred.py).
+federated_dag(
+    "fed_deferred_ended",
+    clusters=["east-cpu"],
+    deferrable=True,
+    poll_interval=0.5,
+    annotations=sim(duration=30),
+)
+
+
+class _CrashingTriggerOperator(FederatedKubernetesOperator):
+    trigger_class = "tests.operators.crashing_trigger.CrashingPodTrigger"
+
+
+with DAG("fed_trigger_fails", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    _CrashingTriggerOperator(
+        task_id="work",
+        image="busybox:1.36",
+        clusters=["east-cpu", "west-general"],
+        deferrable=True,
+        poll_interval=0.5,
+        container_resources=requests(),
+        annotations=sim(duration=600),
+    )
