@@ -352,12 +352,14 @@ class Airflow:
         """CPU time each process has used with everything it started (task processes included)."""
         return {name: session_cpu_seconds(p.pid) for name, p in self.processes.items() if p.popen}
 
-    def stop(self) -> None:
-        """Stop every process: all are told at once, then each is waited for (and killed if it lingers)."""
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop every process: all are told at once, then waited for within one shared ``timeout`` (the
+        ones that linger past it are killed), so that stopping takes at most ``timeout``, not one each."""
         for process in self.processes.values():
             process.terminate()
+        deadline = time.monotonic() + timeout
         for process in reversed(list(self.processes.values())):
-            process.stop()
+            process.stop(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def session_cpu_seconds(session: int) -> float:
