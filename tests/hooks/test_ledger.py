@@ -1,0 +1,122 @@
+"""Reservations that hold across worker processes: the member cluster's own ledger (a Lease, changed by
+compare-and-set). Real processes, real HTTP, the simulated cluster; shared state in Airflow Variables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_provider_fedsched.federation.request import TaskRequest
+from airflow_provider_fedsched.hooks import ledgers
+from airflow_provider_fedsched.hooks.federation import FederationHook
+from airflow_provider_fedsched.sim import SimFederation
+from airflow_provider_fedsched.state import AirflowVariableStateBackend, FederationState, MemoryStateBackend
+
+pytestmark = pytest.mark.integration
+SLOTS = 2
+WORKERS = 4
+
+# One cluster with room for SLOTS one-cpu pods.
+CONFIG = {
+    "time_scale": 0.1,
+    "clusters": [
+        {
+            "name": "solo",
+            "region": "r1",
+            "prices": {"cpu_hour": 0.01, "memory_gib_hour": 0.001},
+            "node_pools": [{"name": "p", "count": SLOTS, "cpu": "1", "memory": "4Gi"}],
+        }
+    ],
+}
+REQUEST = TaskRequest(resources={"cpu": 1000, "memory": 2**30})
+
+PLACE = """
+import json, sys, time
+from pathlib import Path
+from airflow_provider_fedsched.federation.request import TaskRequest
+from airflow_provider_fedsched.hooks.federation import FederationHook
+from airflow_provider_fedsched.state import AirflowVariableStateBackend
+hook = FederationHook(sys.argv[1], kubeconfig=sys.argv[2], state=AirflowVariableStateBackend())
+request = TaskRequest(resources={"cpu": 1000, "memory": 2**30})
+hook.spec, hook.state, hook.access("solo")
+Path(sys.argv[4]).touch()
+while not Path(sys.argv[3]).exists():
+    time.sleep(0.002)
+decision = hook.place(request, sys.argv[5])
+print(json.dumps({"outcome": decision.outcome, "reason": decision.reason}))
+"""
+
+
+@pytest.fixture(scope="module")
+def solo() -> Iterator[SimFederation]:
+    with SimFederation(CONFIG) as federation:
+        yield federation
+
+
+@pytest.fixture
+def spec_path(solo: SimFederation, tmp_path: Path) -> Path:
+    spec = yaml.safe_load((solo.state_dir / "federation.yaml").read_text())
+    spec["name"] = f"ledger-{uuid.uuid4().hex[:8]}"
+    spec["policy"]["snapshot_ttl_seconds"] = 600  # every worker decides on the same snapshot
+    path = tmp_path / "federation.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def place_concurrently(solo: SimFederation, spec_path: Path, tmp_path: Path, ledger: bool) -> list[str]:
+    env = {"AIRFLOW__FEDSCHED__PLACEMENT_LEDGER": "True" if ledger else "False"}
+    go = tmp_path / f"go-{ledger}"
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                PLACE,
+                str(spec_path),
+                str(solo.kubeconfig_path),
+                str(go),
+                str(tmp_path / f"ready-{ledger}-{i}"),
+                f"p{ledger}-{i}",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**__import__("os").environ, **env},
+        )
+        for i in range(WORKERS)
+    ]
+    deadline = time.monotonic() + 600  # each worker imports Airflow: slow on a loaded machine
+    while not all((tmp_path / f"ready-{ledger}-{i}").exists() for i in range(WORKERS)):
+        assert time.monotonic() < deadline, "the workers never got ready"
+        time.sleep(0.05)
+    go.touch()  # every worker places at the same moment, on the same snapshot
+    outputs = [json.loads(w.communicate(timeout=180)[0].strip().splitlines()[-1]) for w in workers]
+    return [o["outcome"] for o in outputs]
+
+
+def test_the_ledger_never_holds_more_than_the_room(solo: SimFederation, spec_path: Path) -> None:
+    hook = FederationHook(
+        spec_path, kubeconfig=solo.kubeconfig_path, state=FederationState(MemoryStateBackend())
+    )
+    hook.collect()
+    placed = [hook.place(REQUEST, f"one-{i}").outcome for i in range(SLOTS + 1)]
+    assert placed == ["placed"] * SLOTS + ["wait"]
+    assert set(ledgers.held(hook, "solo")) == {f"one-{i}" for i in range(SLOTS)}
+    hook.release("solo", "one-0")
+    assert hook.place(REQUEST, "one-again").outcome == "placed"
+
+
+def test_reservations_hold_across_worker_processes(
+    solo: SimFederation, spec_path: Path, tmp_path: Path, airflow_db: None
+) -> None:
+    """Four workers place one-cpu tasks at once on a cluster with room for two, all from one snapshot."""
+    FederationHook(spec_path, kubeconfig=solo.kubeconfig_path, state=AirflowVariableStateBackend()).collect()
+    outcomes = place_concurrently(solo, spec_path, tmp_path, ledger=True)
+    assert outcomes.count("placed") == SLOTS and outcomes.count("wait") == WORKERS - SLOTS
