@@ -31,6 +31,8 @@ from soak.services import Postgres, Redis, free_port, stop_process
 T = TypeVar("T")
 ADMIN = ("admin", "soak-admin")
 REPO = Path(__file__).resolve().parent.parent
+READ_PATIENCE = 180.0
+"""How long the soak's reads of the REST API are asked again while it answers 5xx or not at all."""
 
 
 class DeploymentError(RuntimeError):
@@ -62,8 +64,17 @@ class Api:
         except ValueError:
             return status, raw.decode(errors="replace")
 
-    def get(self, path: str) -> tuple[int, Any]:
-        return self.request("GET", path)
+    def get(self, path: str, patience: float = READ_PATIENCE) -> tuple[int, Any]:
+        """A read, asked again (1 s, 2 s, 4 s ... apart) while the server does not answer or answers 5xx,
+        for up to ``patience`` seconds: a starved API server runs out of database connections (its pool
+        times out after 30 s and it answers 500), and the soak's own reads must outlast that."""
+        deadline, delay = time.monotonic() + patience, 1.0
+        while True:
+            status, body = self.request("GET", path)
+            if 0 < status < 500 or time.monotonic() + delay > deadline:
+                return status, body
+            time.sleep(delay)
+            delay = min(delay * 2, 15.0)
 
     def login(self) -> None:
         status, body = self.request(
@@ -330,7 +341,7 @@ class Airflow:
         self.api.login()
         wait_for(
             "the DAG to be parsed",
-            lambda: self.api.get(f"/api/v2/dags/{dag_id}")[0] == 200,
+            lambda: self.api.get(f"/api/v2/dags/{dag_id}", patience=0)[0] == 200,
             timeout,
             self.check_alive,
         )
@@ -345,19 +356,22 @@ class Airflow:
         return str(body["dag_run_id"])
 
     def run_state(self, dag_id: str, run_id: str) -> str | None:
-        status, body = self.api.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+        run = urllib.parse.quote(run_id, safe="")
+        status, body = self.api.get(f"/api/v2/dags/{dag_id}/dagRuns/{run}", patience=0)  # polled anyway
         return str(body["state"]) if status == 200 else None
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time each process has used with everything it started (task processes included)."""
         return {name: session_cpu_seconds(p.pid) for name, p in self.processes.items() if p.popen}
 
-    def stop(self) -> None:
-        """Stop every process: all are told at once, then each is waited for (and killed if it lingers)."""
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop every process: all are told at once, then waited for within one shared ``timeout`` (the
+        ones that linger past it are killed), so that stopping takes at most ``timeout``, not one each."""
         for process in self.processes.values():
             process.terminate()
+        deadline = time.monotonic() + timeout
         for process in reversed(list(self.processes.values())):
-            process.stop()
+            process.stop(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def session_cpu_seconds(session: int) -> float:

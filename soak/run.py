@@ -36,6 +36,7 @@ from soak.load import (
     regions,
     sim_config,
 )
+from soak.machine import MachineLoad
 from soak.services import Postgres, postgres, redis
 
 SETTLE_SECONDS = 60.0
@@ -146,6 +147,7 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
             log(f"triggered {DAG_ID} run {run_id}")
             injector = Injector(schedule(profile, executor), clusters, airflow, plan, run_id, t0)
             injector.start()
+            machine = MachineLoad()
             deadline = t0 + profile.deadline_minutes * 60
             state, last_progress = None, 0.0
             while time.monotonic() < deadline:
@@ -154,7 +156,8 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
                     break
                 if time.monotonic() - last_progress >= 30:
                     last_progress = time.monotonic()
-                    log(f"t={last_progress - t0:.0f}s {progress(airflow, run_id)}")
+                    load = machine.sample()
+                    log(f"t={last_progress - t0:.0f}s load {load:.1f}: {progress(airflow, run_id)}")
                 time.sleep(3)
             run_minutes = (time.monotonic() - t0) / 60
             log(f"run ended: {state} after {run_minutes:.1f} min; {progress(airflow, run_id)}")
@@ -176,6 +179,7 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
             figures = [
                 tasklogs.summary(tasklogs.decision_seconds(airflow.home / "logs")),
                 database_figures(pg),
+                machine.summary(),
             ]
             minutes = (time.monotonic() - started) / 60
             write_result(work, profile, executor, result, injector, minutes, state, cpu, figures)
