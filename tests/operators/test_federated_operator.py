@@ -351,12 +351,8 @@ def test_killed_worker_then_restarted_try_reattaches_to_the_same_pod(
     first_pod = f"{cluster}/{pod['metadata']['name']}"
     if retry:
         # What an orphaned task process of the dead worker did: label the pod as processed.
-        sim_federation.call(
-            sim_federation.clusters[cluster].store.mutate,
-            "pods",
-            pod["metadata"]["namespace"],
-            pod["metadata"]["name"],
-            lambda p: p["metadata"]["labels"].update({"already_checked": "True"}),
+        sim_federation[cluster].label_pod(
+            pod["metadata"]["namespace"], pod["metadata"]["name"], {"already_checked": "True"}
         )
         bump_try_number("fed_reattach", run_id)
 
