@@ -251,6 +251,25 @@ def describe_error(exc: BaseException, server: str, timeout: float | None = None
     return f"{type(exc).__name__} talking to {server}: {_first_line(exc)}"
 
 
+def api_refusal(exc: BaseException) -> str | None:
+    """What the API server said when it refused a request (its Status message, e.g. RBAC's `... cannot
+    create resource "pods" ...`), as ``"403 Forbidden: <message>"``; ``None`` when no answer carries one.
+    The message names the identity and the permission, never a credential."""
+    for error in chain(exc):
+        status, body = getattr(error, "status", None), getattr(error, "body", None)
+        if not isinstance(status, int) or not body:
+            continue
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+        try:
+            document = json.loads(text)
+        except ValueError:
+            continue
+        message = document.get("message") if isinstance(document, dict) else None
+        if message:
+            return f"{status} {document.get('reason') or getattr(error, 'reason', '') or ''}: {message}"[:500]
+    return None
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:200]

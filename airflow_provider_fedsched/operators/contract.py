@@ -26,6 +26,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
 from airflow_provider_fedsched.kube.failures import (
     ClusterFailure,
+    api_refusal,
     chain,
     classify,
     disruption,
@@ -326,4 +327,8 @@ class Contract(KubernetesPodOperator):
 
 
 def _short(exc: BaseException) -> str:
+    # An API refusal's first line is only "(403)": the server's message names what was refused.
+    refused = api_refusal(exc)
+    if refused:
+        return refused
     return str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__

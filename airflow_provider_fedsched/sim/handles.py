@@ -161,6 +161,16 @@ class ClusterHandle:
     def delete_pod(self, namespace: str, name: str, grace: int | None = None) -> None:
         self.call(self.cluster.delete_pod, namespace, name, grace)
 
+    def label_pod(self, namespace: str, name: str, labels: dict[str, str]) -> None:
+        """Add labels to a pod, as a client's patch would (e.g. what an orphaned task process left)."""
+        self.call(
+            self.cluster.store.mutate,
+            "pods",
+            namespace,
+            name,
+            lambda pod: pod["metadata"].setdefault("labels", {}).update(labels),
+        )
+
     def priority_pod(
         self,
         name: str,

@@ -17,6 +17,8 @@ import logging
 import os
 import shutil
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from airflow_provider_fedsched.testbed.stages import PREPARED, SIDECAR, SIDECAR_
 log = logging.getLogger(__name__)
 XCOM_DIR = Path("/airflow/xcom")
 NOBODY = 65534
+ENDED = ".ended"  # a folder of an ended container's log generations (see PodAgent._end_late_followers)
+FOLLOWER_SCAN_INTERVAL = 0.5
 _PGREP = """#!/bin/sh
 # The XCom sidecar is stopped with `kill -2 $(pgrep -u $(id -u) -f 'sh')`: mark it killed for the
 # test bed (a kwok Stage ends the sidecar) and name this exec session's shell, which the kill ends too.
@@ -62,8 +66,11 @@ def _cri_lines(lines: list[str]) -> str:
 class PodAgent:
     """One cluster's agent, on a daemon thread; ``root`` must be traversable by the exec user."""
 
-    def __init__(self, api: client.ApiClient, root: Path) -> None:
+    def __init__(
+        self, api: client.ApiClient, root: Path, reader_pid: Callable[[], int] | None = None
+    ) -> None:
         self.api = api
+        self._reader_pid = reader_pid  # kwok's process: whose open log files tell a follower is waiting
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.root = root
@@ -214,7 +221,10 @@ class PodAgent:
         if (uid, container) in self._ended or not path.is_file():
             return
         self._ended.add((uid, container))
-        shutil.copyfile(path, final)
+        generations = self.root / uid / f"{container}{ENDED}"
+        generations.mkdir(exist_ok=True)
+        shutil.copyfile(path, generations / "0.log")
+        final.symlink_to(generations / "0.log")
         try:
             logs = self.custom.get_namespaced_custom_object(
                 "kwok.x-k8s.io", "v1alpha1", namespace, "logs", name
@@ -239,8 +249,44 @@ class PodAgent:
             name, namespace, {"metadata": {"uid": uid, "annotations": {key: "true"}}}
         )
 
+    def _end_late_followers(self) -> None:
+        """A kubelet ends a log stream of a container that has ended once the log is read; kwok follows
+        until the file is recreated (it asks no runtime). So whenever kwok holds an ended container's log
+        open -- a follower that came after the end, e.g. a restarted task reattaching to a finished pod --
+        the log moves to its next generation (the final link then names it) and the old one's path is
+        recreated as a directory, which ends that read. A plain read has its data already: it is unharmed."""
+        if self._reader_pid is None:
+            return
+        fds = Path(f"/proc/{self._reader_pid()}/fd")
+        try:
+            held = {os.readlink(fds / fd) for fd in os.listdir(fds)}
+        except OSError:
+            return  # kwok is restarting or gone
+        for target in held:
+            current = Path(target)
+            ended = current.parent.name.endswith(ENDED) and current.is_relative_to(self.root)
+            if ended and current.is_file():
+                with contextlib.suppress(OSError, ValueError):
+                    self._next_generation(current)
+
+    @staticmethod
+    def _next_generation(current: Path) -> None:
+        following = current.with_name(f"{int(current.stem) + 1}.log")
+        shutil.copyfile(current, following)
+        link = current.parent.with_name(current.parent.name.removesuffix(ENDED) + ".final.log")
+        staged = link.with_name(link.name + ".next")
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(following)
+        os.replace(staged, link)
+        current.unlink()
+        current.mkdir()
+
     def _poll_kills(self) -> None:
+        last_scan = 0.0
         while not self._stop.wait(0.1):
+            if time.monotonic() - last_scan >= FOLLOWER_SCAN_INTERVAL:
+                last_scan = time.monotonic()
+                self._end_late_followers()
             for uid, (namespace, name) in list(self._sidecars.items()):
                 if (self.root / uid / "sidecar-killed").exists():
                     self._sidecars.pop(uid, None)

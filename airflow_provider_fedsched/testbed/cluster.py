@@ -242,6 +242,10 @@ class TestbedCluster:
             self._api.close()
             self._api = None
 
+    def process_pid(self, name: str) -> int:
+        """The pid of this member's process ``name`` (e.g. ``kwok``) as it runs now."""
+        return self.processes[name].pid
+
     def _spawn(self, name: str, argv: list[str]) -> Process:
         self.processes[name] = proc = Process(name, argv, self.root / "logs" / f"{name}.log")
         return proc

@@ -7,6 +7,7 @@ operator and hook scenarios run unchanged against either.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
@@ -92,7 +93,11 @@ class TestbedFederation:
             with ThreadPoolExecutor(max_workers=len(self.clusters)) as pool:
                 list(pool.map(lambda c: c.start(), self.clusters.values()))
             for name, cluster in self.clusters.items():
-                self.agents[name] = PodAgent(cluster.admin(), self._exec_root / name).start()
+                self.agents[name] = PodAgent(
+                    cluster.admin(),
+                    self._exec_root / name,
+                    reader_pid=functools.partial(cluster.process_pid, "kwok"),
+                ).start()
                 self.handles[name] = TestbedClusterHandle(cluster)
         except BaseException:
             self.stop()

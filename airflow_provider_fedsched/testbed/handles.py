@@ -194,6 +194,10 @@ class TestbedClusterHandle:
             if exc.status != 404:
                 raise
 
+    def label_pod(self, namespace: str, name: str, labels: dict[str, str]) -> None:
+        """Add labels to a pod (a merge patch, as the simulator handle's call)."""
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": labels}})
+
     def priority_pod(
         self,
         name: str,

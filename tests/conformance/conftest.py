@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from airflow_provider_fedsched.sim import wait_for
 from airflow_provider_fedsched.testbed import TestbedFederation
+from airflow_provider_fedsched.testbed.handles import TestbedClusterHandle
+from airflow_provider_fedsched.testbed.stages import MANAGED_LABEL
 from tests.operators.conftest import federation  # noqa: F401 - the operator scenarios' spec fixture
 
 # Pod run and start durations run 4x faster than written (Kubernetes' own timers stay real).
@@ -76,9 +79,10 @@ def sim_federation(testbed: TestbedFederation, airflow_db: None) -> Iterator[Tes
             os.environ[key] = value
 
 
-@pytest.fixture
-def small_fed() -> Iterator[TestbedFederation]:
-    """A private one-cluster federation per test, as in the simulator suite (tests break nodes, fill it)."""
+@pytest.fixture(scope="session")
+def solo_testbed() -> Iterator[TestbedFederation]:
+    """One small one-cluster federation for the tests that break nodes or fill the cluster: a control
+    plane starts once (about 15-30 s of two cores each), and :func:`small_fed` resets it before each test."""
     cfg = {
         "time_scale": TIME_SCALE,
         "clusters": [
@@ -87,6 +91,44 @@ def small_fed() -> Iterator[TestbedFederation]:
     }
     with running(TestbedFederation(cfg)) as solo_federation:
         yield solo_federation
+
+
+@pytest.fixture
+def small_fed(solo_testbed: TestbedFederation) -> TestbedFederation:
+    """The simulator suite's private one-cluster federation: here the shared one, as a fresh cluster
+    would be (whatever the previous test left): scheduler running, every node Ready and untainted,
+    no pods, no quotas."""
+    reset(solo_testbed["solo"])
+    return solo_testbed
+
+
+def reset(handle: TestbedClusterHandle, timeout: float = 120.0) -> None:
+    core = handle.core
+    handle.scheduler.resume()
+    for node in handle.nodes():
+        if (node["metadata"].get("labels") or {}).get(MANAGED_LABEL) == "false":
+            handle.faults.node_ready(node["metadata"]["name"], timeout=timeout)
+    for quota in core.list_namespaced_resource_quota("default").items:
+        core.delete_namespaced_resource_quota(quota.metadata.name, "default")
+    for pod in handle.pods("default"):
+        handle.delete_pod("default", pod["metadata"]["name"], grace=0)
+
+    def fresh() -> bool:
+        nodes = handle.nodes()
+        return (
+            not handle.pods("default")
+            and not core.list_namespaced_resource_quota("default").items
+            and all(
+                not (node["spec"].get("taints") or [])
+                and any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in node["status"].get("conditions") or []
+                )
+                for node in nodes
+            )
+        )
+
+    wait_for(fresh, timeout, interval=0.2, message="the shared solo cluster back to a fresh state")
 
 
 def core_api(fed: TestbedFederation, context: str) -> client.CoreV1Api:

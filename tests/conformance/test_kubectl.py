@@ -39,6 +39,9 @@ def test_apply_get_describe_logs_exec_delete(fed: TestbedFederation, tmp_path: P
     assert kubectl(fed, "exec", name, "--", "echo", "exec answered").strip() == "exec answered"
     kubectl(fed, "wait", f"pod/{name}", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=60s")
     assert kubectl(fed, "logs", name).strip() == "hello from kwok"
+    # As from a kubelet, following the log of a container that has ended returns at the end of the log
+    # (a task reattaching to a pod that finished while no worker watched follows it).
+    assert kubectl(fed, "logs", "--follow", name).strip().startswith("hello from kwok")
     described = kubectl(fed, "describe", "pod", name)
     assert f"Successfully assigned default/{name} to west-general-" in described
     assert "Status:           Succeeded" in described and "Completed" in described

@@ -136,3 +136,29 @@ def test_snapshot_without_listing_nodes_names_the_permission(
 
     assert code == 0 and row["reachable"] is False
     assert 'cannot list resource "nodes"' in row["reason"] and token not in row["reason"]
+
+
+@pytest.mark.airflow
+def test_task_without_creating_pods_fails_naming_the_permission(
+    sim_federation: TestbedFederation, federation: Path, reduced: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task's only member connection lacks `create` on pods: the try fails (no pod anywhere), and its
+    record says which permission is missing, never the token."""
+    from tests import airflow_harness
+    from tests.operators.test_federated_operator import pods_of, xcom
+
+    token = reduced("pods", "create")
+    config = sim_federation.kubeconfig("east-cpu", provider=True)
+    config["users"][0]["user"]["token"] = token
+    extra = {"kube_config": json.dumps(config), "namespace": "default"}
+    monkeypatch.setenv("AIRFLOW_CONN_K8S_EAST_CPU", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+
+    dag_run = airflow_harness.run_dag(Path(__file__).parent / "dags" / "testbed_dags.py", "fed_east_only")
+    state = airflow_harness.task_states(dag_run)["work"]
+    record = xcom(dag_run, "fedsched_placement")
+    shown = json.dumps(record).replace('\\"', '"')  # the reasons as a person reads them
+
+    assert state == "failed" and record is not None
+    assert 'cannot create resource "pods"' in shown, shown[-2000:]
+    assert token not in shown
+    assert pods_of(sim_federation, "fed_east_only") == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -103,7 +104,7 @@ def test_api_down_then_back(fed: SimFederation, spec_path: Path) -> None:
     assert (
         not down.reachable
         and down.reason is not None
-        and "connection refused at http://127.0.0.1" in down.reason
+        and re.search(r"connection refused at https?://127\.0\.0\.1", down.reason)  # sim http, test bed https
     )
     assert "token" not in down.reason.lower()
     assert back.reachable and len(back.nodes) == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from airflow_provider_fedsched.kube.failures import (
+    api_refusal,
     classify,
     describe_error,
     disruption,
@@ -140,3 +141,20 @@ def test_failure_reasons_a_person_understands() -> None:
     assert not never_sent(read_timeout)
     assert describe_error(ConnectionRefusedError(111, "refused"), server) == f"connection refused at {server}"
     assert not is_connection_error(ValueError("not a network problem"))
+
+
+def test_an_api_refusal_is_told_with_the_servers_message_naming_the_permission() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    refused = ApiException(status=403, reason="Forbidden")
+    message = (
+        'pods is forbidden: User "system:serviceaccount:s:p" cannot create resource "pods" in API group ""'
+    )
+    refused.body = json.dumps({"kind": "Status", "reason": "Forbidden", "message": message, "code": 403})
+    wrapped = RuntimeError("cleanup failed")
+    wrapped.__context__ = refused
+
+    assert api_refusal(refused) == f"403 Forbidden: {message}"
+    assert api_refusal(wrapped) == f"403 Forbidden: {message}"
+    assert api_refusal(ApiException(status=500, reason="boom")) is None  # no Status body
+    assert api_refusal(ValueError("x")) is None
