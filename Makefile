@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck pytest demo bench clean testbed conformance
+.PHONY: install test lint typecheck pytest demo bench clean soak soak-ci soak-install testbed conformance
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet 'uv>=0.13.9'
@@ -53,5 +53,27 @@ testbed:
 conformance: install testbed
 	$(PY) -m tests.conformance.run $(PYTEST_ARGS)
 
+# The soak (docs/reliability.md): a real multi-process Airflow on PostgreSQL (installed from Debian's
+# packages and started on loopback when absent) runs a federated load over five simulated clusters while
+# faults are injected; an auditor reads the clusters' own records. Each run ends with one `soak:` line.
+# It has a virtualenv of its own (the lock's `soak` group: celery provider, PostgreSQL drivers), so that
+# `make test` never sees the Celery provider.
+SOAK_VENV := .venv-soak
+
+soak-install: $(SOAK_VENV)/.installed
+
+$(SOAK_VENV)/.installed: pyproject.toml uv.lock | $(UV)
+	UV_PROJECT_ENVIRONMENT=$(SOAK_VENV) $(UV) sync --frozen --group soak
+	touch $@
+
+# >= 200 tasks, LocalExecutor, then CeleryExecutor (Redis broker, two workers); about 15 min each.
+soak: soak-install
+	@rc=0; for executor in local celery; do \
+		$(SOAK_VENV)/bin/python -m soak --profile full --executor $$executor || rc=1; done; exit $$rc
+
+# The CI-sized soak: 40 tasks, LocalExecutor on PostgreSQL, four faults; about 8 min.
+soak-ci: soak-install
+	$(SOAK_VENV)/bin/python -m soak --profile ci --executor local
+
 clean:
-	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SOAK_VENV) .tools .pytest_cache .mypy_cache .ruff_cache .soak

@@ -60,6 +60,24 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "/opt/airflow/federation.yaml",
                         "default": "",
                     },
+                    "min_deferral_seconds": {
+                        "description": "No deferral of a federated task (waiting for a cluster, watching "
+                        "its pod) resumes sooner: a shorter one races the scheduler and loses the task.",
+                        "version_added": "0.2.0",
+                        "type": "float",
+                        "example": "15",
+                        "default": "15",
+                    },
+                    "placement_ledger": {
+                        "description": "Hold each placement in the chosen member cluster's ledger (a "
+                        "coordination.k8s.io Lease changed by compare-and-set), so that reservations hold "
+                        "across worker processes and hosts. Needs get/create/update on leases in the "
+                        "member's namespace; without it, reservations live in Airflow Variables only.",
+                        "version_added": "0.2.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "True",
+                    },
                 },
             },
         },

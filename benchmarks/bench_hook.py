@@ -165,7 +165,7 @@ def bench_cached_decisions(
         ):
             state = FederationState(backend, federation=f"bench-{clusters}-{backend_name[:3]}")
             for snapshot in snapshots.values():
-                state.put_snapshot(snapshot)
+                state.snapshots.put([snapshot])
             hook = FederationHook(spec, state=state)
             for request in workload[:3]:
                 hook.decide(request, now=NOW)

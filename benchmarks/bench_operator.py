@@ -159,7 +159,7 @@ def main() -> int:
         os.environ.update(fed.airflow_env_vars())
         fresh_federation(fed, workdir)
         run(kpo), run(federated)  # warm up: imports, DAG serialization, first snapshots
-        from airflow_provider_fedsched import state as shared_state
+        from airflow_provider_fedsched.state.stores import SnapshotStore
 
         plain, ours, cold = [], [], []
         for _ in range(repeat):
@@ -167,7 +167,7 @@ def main() -> int:
             ours.append(run(federated)[0])
             # dag.test() runs every task in this process; a LocalExecutor task is a fresh process that
             # has decoded no snapshot yet: measure that too.
-            shared_state._decoded.clear()
+            SnapshotStore._decoded.clear()
             cold.append(run(federated)[0])
         quota = [failover(fed, federated, workdir, "quota") for _ in range(max(3, repeat // 2))]
         unschedulable = [

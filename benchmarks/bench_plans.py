@@ -53,7 +53,6 @@ from airflow_provider_fedsched.federation.forecast import (
 )
 from airflow_provider_fedsched.federation.plan import plan_from_decision, validate_plan
 from airflow_provider_fedsched.hooks.federation import FederationHook
-from airflow_provider_fedsched.plans import forecast_idle, planned_decision
 from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
 
 GIB = 2**30
@@ -78,7 +77,7 @@ def latency(clusters: int, repeat: int, seed: int) -> dict[str, float]:
     snapshots = {n: s.model_copy(update={"observed_at": now}) for n, s in generated.items()}
     state = FederationState(MemoryStateBackend(), federation=spec.name)
     for snapshot in snapshots.values():
-        state.put_snapshot(snapshot)
+        state.snapshots.put([snapshot])
     hook = FederationHook(spec, state=state)
     engine = hook.engine
     request = next(
@@ -98,17 +97,17 @@ def latency(clusters: int, repeat: int, seed: int) -> dict[str, float]:
         forecast=None,
     )
     assert plan is not None
-    state.put_plan(plan)
+    hook.put_plan(plan)
 
     def with_plan() -> None:
-        found, why = planned_decision(
-            hook, request, dag_id="bench", task_id="task", logical_date=logical, exclude={}, policy=None
+        found, why = hook.planned_decision(
+            request, dag_id="bench", task_id="task", logical_date=logical, exclude={}, policy=None
         )
         assert found is not None, why
 
     def without_plan() -> None:
         at = datetime.now(UTC)
-        forecast = forecast_idle(hook, at, at + timedelta(seconds=request.expected_duration_seconds))
+        forecast = hook.forecast_idle(at, at + timedelta(seconds=request.expected_duration_seconds))
         assert hook.decide(request, forecast=forecast).placed
 
     with_plan()

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
-from airflow_provider_fedsched.state import RESERVATION_TTL, FederationState, MemoryStateBackend
+from airflow_provider_fedsched.state import (
+    RESERVATION_TTL,
+    AirflowVariableStateBackend,
+    FederationState,
+    MemoryStateBackend,
+    open_backend,
+)
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
@@ -17,74 +26,106 @@ def state() -> FederationState:
 def test_snapshot_round_trip() -> None:
     shared = state()
     snapshot = ClusterSnapshot(cluster="east", observed_at=NOW, reachable=False, reason="down")
-    shared.put_snapshot(snapshot)
-    assert shared.get_snapshot("east") == snapshot
-    assert shared.snapshots(["east", "west"]) == {"east": snapshot}
+    shared.snapshots.put([snapshot])
+    assert shared.snapshots.get("east") == snapshot
+    assert shared.snapshots.newest(["east", "west"]) == {"east": snapshot}
 
 
 def test_cooldown_expires() -> None:
-    shared = state()
-    shared.cool_down("east", NOW + timedelta(seconds=120), "insufficient: quota")
-    assert shared.cooldown("east", NOW) == (NOW + timedelta(seconds=120), "insufficient: quota")
-    assert shared.cooldowns(["east", "west"], NOW) == {"east": NOW + timedelta(seconds=120)}
-    assert shared.cooldown("east", NOW + timedelta(seconds=121)) is None
+    cooldowns = state().cooldowns
+    cooldowns.set("east", NOW + timedelta(seconds=120), "insufficient: quota")
+    assert cooldowns.get("east", NOW) == (NOW + timedelta(seconds=120), "insufficient: quota")
+    assert cooldowns.in_force(["east", "west"], NOW) == {"east": NOW + timedelta(seconds=120)}
+    assert cooldowns.get("east", NOW + timedelta(seconds=121)) is None
 
 
 def test_reservation_held_until_a_later_snapshot_shows_the_placement() -> None:
-    shared = state()
-    shared.reserve("east", {"cpu": 2000}, NOW, "p1")
-    shared.reserve("east", {"cpu": 1000}, NOW, "p2")
+    reservations = state().reservations
+    reservations.hold("east", {"cpu": 2000}, NOW, "p1")
+    reservations.hold("east", {"cpu": 1000}, NOW, "p2")
     before = ClusterSnapshot(cluster="east", observed_at=NOW - timedelta(seconds=1), placements=["p1"])
-    assert shared.reservations({"east": before}, NOW) == {"east": {"cpu": 3000}}
+    assert reservations.pending({"east": before}, NOW) == {"east": {"cpu": 3000}}
     after = ClusterSnapshot(cluster="east", observed_at=NOW + timedelta(seconds=1), placements=["p1"])
-    assert shared.reservations({"east": after}, NOW) == {"east": {"cpu": 1000}}
-    shared.release("east", "p2")
-    assert shared.reservations({"east": after}, NOW) == {}
+    assert reservations.pending({"east": after}, NOW) == {"east": {"cpu": 1000}}
+    reservations.release("east", "p2")
+    assert reservations.pending({"east": after}, NOW) == {}
 
 
 def test_reservation_of_a_lost_worker_expires() -> None:
-    shared = state()
-    shared.reserve("east", {"cpu": 2000}, NOW, "p1")
-    assert shared.reservations({}, NOW + RESERVATION_TTL + timedelta(seconds=1)) == {}
+    reservations = state().reservations
+    reservations.hold("east", {"cpu": 2000}, NOW, "p1")
+    assert reservations.pending({}, NOW + RESERVATION_TTL + timedelta(seconds=1)) == {}
 
 
 def test_lease_is_exclusive_until_it_expires_or_ends() -> None:
-    shared = state()
+    leases = state().leases
     ttl = timedelta(seconds=5)
-    assert shared.try_leases(["east"], "w1", NOW, ttl) == ["east"]
-    assert shared.try_leases(["east"], "w2", NOW, ttl) == []
-    assert shared.try_leases(["east"], "w2", NOW + timedelta(seconds=6), ttl) == ["east"]
-    shared.end_lease("east", "w2")
-    assert shared.try_leases(["east"], "w1", NOW, ttl) == ["east"]
+    assert leases.claim(["east"], "w1", NOW, ttl) == ["east"]
+    assert leases.claim(["east"], "w2", NOW, ttl) == []
+    assert leases.claim(["east"], "w2", NOW + timedelta(seconds=6), ttl) == ["east"]
+    leases.end("east", "w2")
+    assert leases.claim(["east"], "w1", NOW, ttl) == ["east"]
 
 
 def test_orphans_and_history() -> None:
     shared = state()
-    shared.add_orphan("east", "default", "pod-a")
-    assert shared.orphans("east") == [("default", "pod-a")]
-    shared.forget_orphan("east", "default", "pod-a")
-    assert shared.orphans("east") == []
+    shared.orphans.add("east", "default", "pod-a")
+    assert shared.orphans.of("east") == [("default", "pod-a")]
+    shared.orphans.forget("east", "default", "pod-a")
+    assert shared.orphans.of("east") == []
     for i in range(250):
-        shared.record("east", "outcome", {"i": i})
-    history = shared.history("east", "outcome")
-    assert len(history) == 200 and history[-1] == {"i": 249}
+        shared.history.append("east", "outcome", {"i": i})
+    history = shared.history.samples("east", "outcome")
+    assert len(history) == 200 and history[0] == {"i": 50} and history[-1] == {"i": 249}
+    assert len(shared.backend.keys("fedsched/test/history-outcome/east/")) <= 220  # pruned as it goes
+
+
+def test_concurrent_history_writers_lose_no_sample() -> None:
+    """Samples are keys of their own: writers never overwrite each other (no read-modify-write)."""
+    shared = state()
+
+    def write(worker: int) -> None:
+        for i in range(20):
+            shared.history.append("east", "outcome", {"worker": worker, "i": i})
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    samples = shared.history.samples("east", "outcome")
+    assert len(samples) == 160
+    assert {(s["worker"], s["i"]) for s in samples} == {(w, i) for w in range(8) for i in range(20)}
 
 
 def test_namespace_cooldown_applies_to_that_namespace_only() -> None:
-    shared = state()
-    shared.cool_down("east", NOW + timedelta(seconds=60), "quota", namespace="etl")
-    shared.cool_down("west", NOW + timedelta(seconds=30), "unreachable")
-    assert shared.cooldowns(["east", "west"], NOW, namespace="etl") == {
+    cooldowns = state().cooldowns
+    cooldowns.set("east", NOW + timedelta(seconds=60), "quota", namespace="etl")
+    cooldowns.set("west", NOW + timedelta(seconds=30), "unreachable")
+    assert cooldowns.in_force(["east", "west"], NOW, namespace="etl") == {
         "east": NOW + timedelta(seconds=60),
         "west": NOW + timedelta(seconds=30),
     }
-    assert shared.cooldowns(["east", "west"], NOW, namespace="default") == {
+    assert cooldowns.in_force(["east", "west"], NOW, namespace="default") == {
         "west": NOW + timedelta(seconds=30)
     }
-    assert shared.cooldown("east", NOW) is None
-    assert shared.cooldown("east", NOW, namespace="etl") == (NOW + timedelta(seconds=60), "quota")
-    shared.cool_down("east", NOW + timedelta(seconds=10), "evicted")
-    assert shared.cooldown_details("east", NOW) == [
+    assert cooldowns.get("east", NOW) is None
+    assert cooldowns.get("east", NOW, namespace="etl") == (NOW + timedelta(seconds=60), "quota")
+    cooldowns.set("east", NOW + timedelta(seconds=10), "evicted")
+    assert cooldowns.details("east", NOW) == [
         (None, NOW + timedelta(seconds=10), "evicted"),
         ("etl", NOW + timedelta(seconds=60), "quota"),
     ]
+
+
+def test_the_backend_is_chosen_in_one_place_and_declares_its_consistency() -> None:
+    assert isinstance(open_backend("memory"), MemoryStateBackend)
+    assert isinstance(open_backend(None), AirflowVariableStateBackend)
+    given = MemoryStateBackend()
+    assert open_backend(given) is given
+    with pytest.raises(ValueError, match="unknown backend 'redis'"):
+        open_backend("redis")  # type: ignore[arg-type]
+    memory, variables = MemoryStateBackend.consistency, AirflowVariableStateBackend.consistency
+    assert (memory.shared_by, memory.settle_seconds) == ("process", 0.0)
+    assert variables.shared_by == "deployment" and variables.settle_seconds > 0
+    assert not variables.compare_and_set

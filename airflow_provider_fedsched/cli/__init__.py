@@ -35,7 +35,8 @@ __all__ = [
     "main",
 ]
 
-# Verb -> its module in this package, in the order ``fedsched --help`` lists them.
+# Verb -> its module (a module of this package, or a full dotted path), in the order ``fedsched --help``
+# lists them. The module's ``add_parser(subparsers)`` adds the verb and sets its ``handler``.
 VERBS: dict[str, str] = {
     "place": "place",
     "snapshot": "snapshot",
@@ -57,7 +58,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     named = argv[0] if argv and argv[0] in VERBS else None
     for verb, module in VERBS.items():
         if named is None or verb == named:
-            importlib.import_module(f"{__name__}.{module}").add_parser(subparsers)
+            path = module if "." in module else f"{__name__}.{module}"
+            importlib.import_module(path).add_parser(subparsers)
     return parser
 
 

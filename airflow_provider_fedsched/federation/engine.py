@@ -60,8 +60,8 @@ class FederationEngine:
     def __init__(self, spec: FederationSpec) -> None:
         self.spec = spec
         self.fingerprint = spec_fingerprint(spec)
+        # The spec's own policy's plugins, looked up once: most decisions use that policy.
         self._profile = profile(spec.policy.filters, spec.policy.scores)
-        """The spec's own policy's plugins (most decisions use it)."""
 
     def decide(
         self,

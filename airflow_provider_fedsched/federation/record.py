@@ -7,17 +7,24 @@ continues it) and publishes it as the XCom ``fedsched_placement``; the Federatio
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 XCOM_KEY = "fedsched_placement"
 RECORD_VERSION = 1
 
-AttemptOutcome = Literal[
-    "running", "succeeded", "failed", "insufficient", "evicted", "unreachable", "misconfigured"
-]
-"""``failed`` is the task's own failure; ``insufficient``/``evicted``/``unreachable`` moved the task."""
+FailureKind = Literal["insufficient", "evicted", "unreachable", "misconfigured"]
+"""The failure vocabulary: why a cluster could not run a pod, in the federation's words (the cluster's
+problem, never the task's). ``kube/failures.py`` classifies into it; the Federation page filters on it."""
+FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
+"""Attempt outcomes that moved the task to another cluster: a try with one of these failed over."""
+
+AttemptOutcome = Literal["running", "succeeded", "failed", "lost", "cancelled", FailureKind]
+"""``failed`` is the task's own failure; a :data:`FailureKind` moved the task to another cluster; ``lost``:
+the pod's cluster or node did not answer within the task's ``unreachable_grace``, so the try failed rather
+than start the work twice (the pod is deleted once its cluster answers); ``cancelled``: the task was ended
+from the UI or the API and its pod deleted."""
 
 
 class Attempt(BaseModel):
@@ -39,6 +46,10 @@ class Attempt(BaseModel):
     """When the operator saw the pod running (pod start latency = running_at - started_at)."""
     decision: str = ""
     """The decision's one-line reason for choosing this cluster."""
+    adopted: bool = False
+    """The pod is an earlier try's, found still running or finished and watched to its end."""
+    failed_at: datetime | None = None
+    """When the cluster's failure was first seen (the first call without an answer, the eviction...)."""
 
 
 class PlacementRecord(BaseModel):
@@ -61,9 +72,19 @@ class PlacementRecord(BaseModel):
     """Each decision's ``Decision.to_dict()``, in order (one per cluster attempt or wait)."""
     attempts: list[Attempt] = Field(default_factory=list)
     excluded: dict[str, str] = Field(default_factory=dict)
-    """Clusters left during this try and why; the next decision skips them."""
+    """Clusters left during this try and why; a decision skips them until a snapshot taken after they
+    were left shows them answering (then the rules judge their room again)."""
+    excluded_at: dict[str, datetime] = Field(default_factory=dict)
+    impossible: dict[str, str] = Field(default_factory=dict)
+    """Clusters that can never take this task, learnt at run time (a request above a hard quota)."""
+    decisions_dropped: int = 0
+    """Older decisions left out to keep the record small (the first and the latest are kept)."""
+    waiting_since: datetime | None = None
+    """While the try waits for a compliant cluster: since when (kept across deferrals)."""
     waited_seconds: float = 0.0
+    """Wall-clock seconds spent waiting for a compliant cluster, all waits of the try."""
     failover_seconds: float = 0.0
+    """Wall-clock seconds from each cluster failure first seen to the next pod created."""
     started_at: datetime
     ended_at: datetime | None = None
 

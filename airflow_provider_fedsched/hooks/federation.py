@@ -7,10 +7,7 @@ takes milliseconds. A cluster that does not answer in time is unavailable, with 
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,10 +19,13 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.engine import FederationEngine
+from airflow_provider_fedsched.federation.forecast import ForecastModel
+from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
+from airflow_provider_fedsched.hooks import decisions, ledgers, planning, sensing
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
@@ -33,12 +33,12 @@ from airflow_provider_fedsched.kube.access import (
     access_from_kubeconfig_file,
 )
 from airflow_provider_fedsched.kube.clients import run_in_background
-from airflow_provider_fedsched.kube.snapshots import collect_snapshots, delete_pods
 from airflow_provider_fedsched.state import (
     AirflowVariableStateBackend,
+    BackendChoice,
     FederationState,
-    MemoryStateBackend,
     StateBackend,
+    open_backend,
 )
 
 VARIABLE_PREFIX = "variable:"
@@ -52,15 +52,6 @@ POLL_INTERVAL_BOUNDS = (2.0, 120.0)
 # Deciding and reserving happen under one lock per process, so that concurrent placements in a process
 # (threads, triggers) each see the reservations of the ones before.
 _placement_lock = threading.Lock()
-
-# One lock per (federation, cluster) and process: the in-process half of single-flight refresh.
-_refresh_locks: dict[tuple[str, str], threading.Lock] = {}
-_refresh_locks_guard = threading.Lock()
-
-
-def _refresh_lock(federation: str, cluster: str) -> threading.Lock:
-    with _refresh_locks_guard:
-        return _refresh_locks.setdefault((federation, cluster), threading.Lock())
 
 
 def poll_interval(expected_duration_seconds: float | None, observed_durations: Iterable[float] = ()) -> float:
@@ -85,7 +76,8 @@ class FederationHook(BaseHook):
     :param federation: the federation spec: a path to a YAML file, YAML text, a mapping, a
         :class:`FederationSpec`, ``"variable:NAME"`` (an Airflow Variable holding the YAML), or None for
         the ``[fedsched] federation_spec`` option.
-    :param state: shared federation state; default Airflow Variables (shared by every worker).
+    :param state: shared federation state: a :class:`FederationState`, a backend, ``"memory"`` or
+        ``"airflow"``; default Airflow Variables (shared by every worker), or memory with ``kubeconfig``.
     :param kubeconfig: outside Airflow, resolve each member's ``conn_id`` to the context of this
         kubeconfig file named after the cluster (as ``fedsched sim up`` writes it).
     :param snapshot_timeout: seconds each cluster has to answer a snapshot.
@@ -97,7 +89,7 @@ class FederationHook(BaseHook):
         self,
         federation: str | Path | Mapping[str, Any] | FederationSpec | None = None,
         *,
-        state: FederationState | StateBackend | None = None,
+        state: FederationState | StateBackend | BackendChoice | None = None,
         kubeconfig: str | Path | None = None,
         snapshot_timeout: float = DEFAULT_SNAPSHOT_TIMEOUT,
     ) -> None:
@@ -109,6 +101,11 @@ class FederationHook(BaseHook):
         self._accesses: dict[str, ClusterAccess | ClusterAccessError] = {}
 
     # Inventory ---------------------------------------------------------------------------------------
+    def serializable_source(self) -> dict[str, Any]:
+        """The spec as a JSON document (for trigger kwargs: the triggerer reads no file or Variable, and
+        the spec holds connection ids only, never credentials)."""
+        return self.spec.model_dump(mode="json", by_alias=True)
+
     @cached_property
     def spec(self) -> FederationSpec:
         source = self.federation_source
@@ -132,12 +129,10 @@ class FederationHook(BaseHook):
         if isinstance(self._state_arg, FederationState):
             state = self._state_arg
         else:
-            backend = self._state_arg or (
-                MemoryStateBackend() if self.kubeconfig else AirflowVariableStateBackend()
-            )
-            state = FederationState(backend, federation=self.spec.name)
+            default: BackendChoice = "memory" if self.kubeconfig else "airflow"
+            state = FederationState(open_backend(self._state_arg or default), federation=self.spec.name)
         # Up to EMBED_LIMIT clusters, a fresh worker reads every snapshot with the index, in one call.
-        state.embed_snapshots = len(self.spec.clusters) <= EMBED_LIMIT
+        state.snapshots.embed = len(self.spec.clusters) <= EMBED_LIMIT
         return state
 
     @cached_property
@@ -167,33 +162,10 @@ class FederationHook(BaseHook):
             raise resolved
         return resolved
 
-    # Snapshots ---------------------------------------------------------------------------------------
-    def _unavailable(self, cluster: str, reason: str) -> ClusterSnapshot:
-        return ClusterSnapshot(cluster=cluster, observed_at=datetime.now(UTC), reachable=False, reason=reason)
-
+    # Snapshots (see hooks/sensing.py) ---------------------------------------------------------------
     async def acollect(self, clusters: Iterable[str] | None = None) -> dict[str, ClusterSnapshot]:
         """Collect fresh snapshots from the clusters now (concurrently) and store them in shared state."""
-        names = list(clusters) if clusters is not None else [c.name for c in self.spec.clusters]
-        reachable: list[ClusterAccess] = []
-        results: dict[str, ClusterSnapshot] = {}
-        for name in names:
-            try:
-                reachable.append(self.access(name))
-            except ClusterAccessError as exc:
-                results[name] = self._unavailable(
-                    name, exc.problem + (f" (connection {exc.conn_id!r})" if exc.conn_id else "")
-                )
-        results.update(await collect_snapshots(reachable, self.snapshot_timeout))
-        for access in reachable:
-            orphans = self.state.orphans(access.cluster)
-            if orphans and results[access.cluster].reachable:
-                for namespace, pod in await delete_pods(access, orphans, self.snapshot_timeout):
-                    self.state.forget_orphan(access.cluster, namespace, pod)
-        self.state.put_snapshots(results.values())
-        for snapshot in results.values():
-            if snapshot.reachable:
-                self.state.record(snapshot.cluster, "utilization", _utilization_sample(snapshot))
-        return results
+        return await sensing.acollect(self, clusters)
 
     def collect(self, clusters: Iterable[str] | None = None) -> dict[str, ClusterSnapshot]:
         """Synchronous :meth:`acollect` (not from inside a running event loop: use ``acollect``)."""
@@ -202,62 +174,8 @@ class FederationHook(BaseHook):
     def snapshots(
         self, clusters: Iterable[str] | None = None, now: datetime | None = None
     ) -> dict[str, ClusterSnapshot]:
-        """Snapshots no older than the policy's TTL, refreshing stale ones single-flight.
-
-        For each stale cluster, one worker (the lease holder) refreshes it while the others wait briefly
-        for the fresh snapshot in shared state; if it does not come, the stale one is returned and the
-        engine's freshness filter marks the cluster unavailable.
-        """
-        names = list(clusters) if clusters is not None else [c.name for c in self.spec.clusters]
-        ttl = self.spec.policy.snapshot_ttl_seconds
-        now = now or datetime.now(UTC)
-        found = self.state.snapshots(names)
-        stale = [n for n in names if n not in found or _age(found[n], now) > ttl / 2]
-        if not stale:
-            return found
-        owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
-        lease_ttl = timedelta(seconds=self.snapshot_timeout * 2 + 1)
-        locks: list[threading.Lock] = []
-        candidates: list[str] = []
-        mine: list[str] = []
-        for name in stale:
-            lock = _refresh_lock(self.spec.name, name)
-            if not lock.acquire(blocking=False):
-                continue  # another thread of this process is refreshing it
-            locks.append(lock)
-            candidates.append(name)
-        try:
-            mine = self.state.try_leases(candidates, owner, now, lease_ttl) if candidates else []
-            # A worker that refreshed just before our claim has left a fresh snapshot: use it.
-            current = self.state.snapshots(mine) if mine else {}
-            fresh = {n: s for n, s in current.items() if _age(s, datetime.now(UTC)) <= ttl / 2}
-            found.update(fresh)
-            if to_refresh := [n for n in mine if n not in fresh]:
-                found.update(self.collect(to_refresh))
-        finally:
-            for name in mine:
-                self.state.end_lease(name, owner)
-            for lock in locks:
-                lock.release()
-        waiting = [n for n in stale if n not in mine]
-        if waiting:
-            found.update(self._await_refresh(waiting, now))
-        return found
-
-    def _await_refresh(self, clusters: list[str], since: datetime) -> dict[str, ClusterSnapshot]:
-        """Wait (polling shared state) for another worker's refresh of ``clusters`` after ``since``."""
-        deadline = time.monotonic() + self.snapshot_timeout * 2 + 1
-        result: dict[str, ClusterSnapshot] = {}
-        pending = list(clusters)
-        while pending and time.monotonic() < deadline:
-            for name, snapshot in self.state.snapshots(pending).items():
-                if snapshot.observed_at >= since - timedelta(seconds=1):
-                    result[name] = snapshot
-                    pending.remove(name)
-            if pending:
-                time.sleep(0.05)
-        result.update(self.state.snapshots(pending))  # stale ones: the freshness filter decides
-        return result
+        """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight."""
+        return sensing.snapshots(self, clusters, now)
 
     # Decisions ---------------------------------------------------------------------------------------
     def decide(
@@ -265,32 +183,40 @@ class FederationHook(BaseHook):
         request: TaskRequest,
         *,
         exclude: Mapping[str, str] | None = None,
+        excluded_at: Mapping[str, datetime] | None = None,
+        impossible: Mapping[str, str] | None = None,
         policy: PolicySpec | None = None,
         forecast: Mapping[str, float] | None = None,
         now: datetime | None = None,
     ) -> Decision:
-        """Score ``request`` against fresh (or single-flight refreshed) snapshots and shared state."""
-        view = self.view(request.clusters or [c.name for c in self.spec.clusters], request.namespace, now)
-        return self.engine.decide(
+        """Score ``request`` against fresh (or single-flight refreshed) snapshots and shared state.
+
+        ``exclude``: clusters left in this try (considered again once a snapshot taken after
+        ``excluded_at`` shows them answering); ``impossible``: clusters found never to fit it (see
+        hooks/decisions.py)."""
+        return decisions.decide(
+            self,
             request,
-            view.snapshots,
-            now=view.now,
-            cooldowns=view.cooldowns,
-            reservations=view.reservations,
-            forecast=forecast,
             exclude=exclude or {},
+            excluded_at=excluded_at or {},
+            impossible=impossible or {},
             policy=policy,
+            forecast=forecast,
+            now=now,
         )
 
-    def view(self, clusters: Iterable[str], namespace: str, now: datetime | None = None) -> FederationView:
-        """What a decision for a pod of ``namespace`` needs from shared state about ``clusters``."""
+    def view(
+        self, clusters: Iterable[str], namespace: str | None, now: datetime | None = None
+    ) -> FederationView:
+        """What a decision for a pod of ``namespace`` needs from shared state about ``clusters`` (with
+        ``namespace`` None, whole-cluster cooldowns only)."""
         names = list(clusters)
         snapshots = self.snapshots(names, now=now)
         now = datetime.now(UTC) if now is None else now  # a refresh may have taken a moment
         return FederationView(
             snapshots=snapshots,
-            cooldowns=self.state.cooldowns(names, now, namespace=namespace),
-            reservations=self.state.reservations(snapshots, now),
+            cooldowns=self.state.cooldowns.in_force(names, now, namespace=namespace),
+            reservations=self.state.reservations.pending(snapshots, now),
             now=now,
         )
 
@@ -300,29 +226,146 @@ class FederationHook(BaseHook):
         placement_id: str,
         *,
         exclude: Mapping[str, str] | None = None,
+        excluded_at: Mapping[str, datetime] | None = None,
+        impossible: Mapping[str, str] | None = None,
         policy: PolicySpec | None = None,
         forecast: Mapping[str, float] | None = None,
     ) -> Decision:
-        """Decide and, when placed, reserve the request on the chosen cluster, as one step per process."""
+        """Decide and, when placed, hold the request on the chosen cluster: in that cluster's ledger
+        (compare-and-set, across processes and hosts), and in shared state for the next decisions. A
+        cluster whose ledger has no room left (other workers took it) is left out and the decision made
+        again; deciding and reserving are one step per process."""
         with _placement_lock:
-            decision = self.decide(request, exclude=exclude, policy=policy, forecast=forecast)
-            if decision.outcome == "placed" and decision.cluster is not None:
-                self.reserve(decision.cluster, request, placement_id)
-        return decision
+            full: dict[str, str] = {}
+            while True:
+                decision = self.decide(
+                    request,
+                    exclude={**(exclude or {}), **full},
+                    excluded_at=excluded_at,
+                    impossible=impossible,
+                    policy=policy,
+                    forecast=forecast,
+                )
+                if decision.outcome != "placed" or decision.cluster is None:
+                    return decision
+                if not self.reserve(decision.cluster, request, placement_id, policy=policy):
+                    full[decision.cluster] = "its ledger is full: placements of other workers took the room"
+                    continue
+                return decision
 
     def reserve(
-        self, cluster: str, request: TaskRequest, placement_id: str, now: datetime | None = None
-    ) -> None:
-        """Hold ``request`` on ``cluster`` until its snapshot shows the pod with ``placement_id``."""
-        self.state.reserve(cluster, request.resources, now or datetime.now(UTC), placement_id)
+        self,
+        cluster: str,
+        request: TaskRequest,
+        placement_id: str,
+        now: datetime | None = None,
+        policy: PolicySpec | None = None,
+    ) -> bool:
+        """Hold ``request`` on ``cluster`` until its snapshot shows the pod with ``placement_id``: in the
+        cluster's ledger when it keeps one (False when the room is gone), and in shared state."""
+        if ledgers.hold(self, cluster, request, placement_id, policy) is False:
+            return False
+        self.state.reservations.hold(cluster, request.resources, now or datetime.now(UTC), placement_id)
+        return True
+
+    def release(self, cluster: str, placement_id: str) -> None:
+        """Drop the reservation of ``placement_id`` (its pod ended or left the cluster)."""
+        self.state.reservations.release(cluster, placement_id)
+        ledgers.release(self, cluster, placement_id)
 
     def cool_down(
         self, cluster: str, reason: str, now: datetime | None = None, namespace: str | None = None
     ) -> datetime:
         """Keep ``cluster`` (or only its ``namespace``) out of decisions for the policy's cooldown."""
         until = (now or datetime.now(UTC)) + timedelta(seconds=self.spec.policy.cooldown_seconds)
-        self.state.cool_down(cluster, until, reason, namespace=namespace)
+        self.state.cooldowns.set(cluster, until, reason, namespace=namespace)
         return until
+
+    def clear_cooldown(self, cluster: str, namespace: str | None = None) -> None:
+        self.state.cooldowns.clear(cluster, namespace)
+
+    def cooldown(
+        self, cluster: str, now: datetime | None = None, namespace: str | None = None
+    ) -> tuple[datetime, str] | None:
+        """``(until, reason)`` while ``cluster`` (or only its ``namespace``) is cooling down."""
+        return self.state.cooldowns.get(cluster, now or datetime.now(UTC), namespace)
+
+    def cooldowns(
+        self, clusters: Iterable[str], now: datetime | None = None, namespace: str | None = None
+    ) -> dict[str, datetime]:
+        """``cluster -> until`` for those cooling down for pods of ``namespace`` (one read for all)."""
+        return self.state.cooldowns.in_force(clusters, now or datetime.now(UTC), namespace)
+
+    def cooldown_details(
+        self, cluster: str, now: datetime | None = None
+    ) -> list[tuple[str | None, datetime, str]]:
+        """Every cooldown of ``cluster`` in force: ``(namespace or None, until, reason)``, cluster first."""
+        return self.state.cooldowns.details(cluster, now or datetime.now(UTC))
+
+    # Shared records --------------------------------------------------------------------------------
+    def stored_snapshot(self, cluster: str) -> ClusterSnapshot | None:
+        """The newest snapshot of ``cluster`` in shared state, however old (no refresh)."""
+        return self.state.snapshots.get(cluster)
+
+    def record(self, cluster: str, kind: str, sample: Mapping[str, Any]) -> None:
+        """Add a history sample (``kind``: utilization, start_latency, outcome) for the page and forecast."""
+        self.state.history.append(cluster, kind, sample)
+
+    def history(self, cluster: str, kind: str) -> list[dict[str, Any]]:
+        return self.state.history.samples(cluster, kind)
+
+    def add_orphan(self, cluster: str, namespace: str, pod: str) -> None:
+        """A pod not confirmed gone: the next snapshot of ``cluster`` that answers deletes it."""
+        self.state.orphans.add(cluster, namespace, pod)
+
+    def orphans(self, cluster: str) -> list[tuple[str, str]]:
+        return self.state.orphans.of(cluster)
+
+    # Plans and forecasts (see hooks/planning.py) -----------------------------------------------------
+    def planned_decision(
+        self,
+        request: TaskRequest,
+        *,
+        dag_id: str,
+        task_id: str,
+        logical_date: datetime | None,
+        exclude: dict[str, str],
+        policy: PolicySpec | None,
+    ) -> tuple[Decision | None, str]:
+        """A decision from a valid precomputed plan for this run, or ``(None, why no plan was used)``."""
+        return planning.planned_decision(
+            self,
+            request,
+            dag_id=dag_id,
+            task_id=task_id,
+            logical_date=logical_date,
+            exclude=exclude,
+            policy=policy,
+        )
+
+    def forecast_idle(
+        self, start: datetime, end: datetime, resources: Iterable[str] | None = None
+    ) -> dict[str, float] | None:
+        """Predicted idle fraction per cluster over ``[start, end)`` from the planner's stored models."""
+        return planning.forecast_idle(self, start, end, resources)
+
+    def fold_profiles(self) -> dict[str, ForecastModel]:
+        """Fold new utilization history into the stored profiles and store the fitted models."""
+        return planning.fold_profiles(self)
+
+    def put_plan(self, plan: Plan) -> None:
+        """Store ``plan`` under its own key (one per DAG, task and logical date): replaces only itself."""
+        self.state.plans.put(plan)
+
+    def get_plan(self, dag_id: str, task_id: str, logical_date: datetime) -> Plan | None:
+        """The stored plan for this run of the task; ``ValueError`` if what is stored is not a plan."""
+        return self.state.plans.get(dag_id, task_id, logical_date)
+
+    def plans(self, dag_id: str | None = None) -> list[Plan]:
+        return self.state.plans.all(dag_id)
+
+    def delete_plan(self, plan: Plan) -> None:
+        self.state.plans.delete(plan)
 
 
 @dataclass(frozen=True)
@@ -333,25 +376,6 @@ class FederationView:
     cooldowns: dict[str, datetime]
     reservations: dict[str, ResourceList]
     now: datetime
-
-
-def _age(snapshot: ClusterSnapshot, now: datetime) -> float:
-    return (now - snapshot.observed_at).total_seconds()
-
-
-def _utilization_sample(snapshot: ClusterSnapshot) -> dict[str, Any]:
-    allocatable: dict[str, int] = {}
-    requested: dict[str, int] = {}
-    for node in snapshot.nodes:
-        if not node.schedulable:
-            continue
-        for name, amount in node.allocatable.items():
-            allocatable[name] = allocatable.get(name, 0) + amount
-            requested[name] = requested.get(name, 0) + node.requested.get(name, 0)
-    return {
-        "at": snapshot.observed_at.isoformat(),
-        "used_fraction": {n: requested[n] / a for n, a in allocatable.items() if a},
-    }
 
 
 def _configured_spec_source() -> str:

@@ -80,3 +80,67 @@ def _shutdown(loop: asyncio.AbstractEventLoop) -> None:
     with contextlib.suppress(Exception):  # interpreter shutdown: nothing left to protect
         asyncio.run_coroutine_threadsafe(close_all(), loop).result(5)
     loop.call_soon_threadsafe(loop.stop)
+
+
+# Synchronous clients (the operator's pod I/O) --------------------------------------------------------
+CONNECT_TIMEOUT = 2.0
+"""Seconds to open a connection to a member's API server: a dead one is known within a few seconds."""
+READ_TIMEOUT = 10.0
+"""Seconds to wait for an answer once connected (log streams set their own)."""
+CONNECT_RETRIES = 1
+"""urllib3 retries a failed connect this many times (never a request that was sent), then gives up."""
+
+
+def sync_api_client(
+    access: ClusterAccess, *, connect_timeout: float = CONNECT_TIMEOUT, read_timeout: float = READ_TIMEOUT
+) -> Any:
+    """A ``kubernetes`` ApiClient for this cluster only: its own configuration (never the process-wide
+    default, never ``KUBECONFIG`` or ``~/.kube/config``), bounded timeouts and one quick connect retry."""
+    import urllib3
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config_from_dict(
+        dict(access.kubeconfig), context=access.context, client_configuration=configuration
+    )
+    if not access.verify_ssl and configuration.verify_ssl:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "TLS verification is off for cluster %s (its connection sets disable_verify_ssl)", access.cluster
+        )
+    configuration.verify_ssl = access.verify_ssl and configuration.verify_ssl
+    configuration.retries = urllib3.Retry(
+        total=CONNECT_RETRIES,
+        connect=CONNECT_RETRIES,
+        read=0,
+        redirect=0,
+        status=0,
+        other=0,
+        backoff_factor=0,
+        raise_on_status=False,
+    )
+    timeout = (connect_timeout, read_timeout)
+
+    class BoundedApiClient(client.ApiClient):  # type: ignore[misc]
+        def call_api(self, *args: Any, **kwargs: Any) -> Any:
+            # Generated methods pass _request_timeout=None explicitly: None would wait forever.
+            if kwargs.get("_request_timeout") is None:
+                kwargs["_request_timeout"] = timeout
+            return super().call_api(*args, **kwargs)
+
+    return BoundedApiClient(configuration=configuration)
+
+
+_sync_clients: dict[tuple[str, str], Any] = {}
+_sync_clients_guard = threading.Lock()
+
+
+def shared_sync_client(access: ClusterAccess) -> Any:
+    """This process's bounded sync ApiClient for ``access``'s cluster (one per kubeconfig fingerprint)."""
+    key = (access.cluster, _fingerprint(access))
+    with _sync_clients_guard:
+        found = _sync_clients.get(key)
+        if found is None:
+            found = _sync_clients[key] = sync_api_client(access)
+        return found

@@ -6,19 +6,25 @@ task's own failure (a non-zero exit code fails the try as KubernetesPodOperator 
 * ``insufficient``: the cluster cannot take the pod (quota 403 on create; Unschedulable past the grace).
 * ``evicted``: the pod was evicted or preempted (reason ``Evicted``, a ``DisruptionTarget`` condition,
   a ``Preempted``/``Evicted``/``TaintManagerEviction`` event).
-* ``unreachable``: the API server did not answer.
+* ``unreachable``: the API server (or the pod's node) did not answer.
 * ``misconfigured``: the cluster lacks what the pod needs from it (its namespace does not exist).
 
-The functions read the API's JSON (dicts), so they are shared by the sync and deferrable paths.
+The kinds are the failure vocabulary of ``federation/record.py``. :func:`classify` is the one place that
+judges how an attempt ended: from the errors raised and a fresh read of the pod and its events (never
+from a stale state or a timer alone). The functions read the API's JSON (dicts), so they are shared by
+the sync and deferrable paths.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+import socket
+import ssl
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-FailureKind = Literal["insufficient", "evicted", "unreachable", "misconfigured"]
+from airflow_provider_fedsched.federation.record import FailureKind
 
 DISRUPTION_EVENTS = frozenset({"Preempted", "Evicted", "TaintManagerEviction"})
 
@@ -31,6 +37,8 @@ class ClusterFailure:
     reason: str
     namespace_only: bool = False
     """The problem is the namespace's (its quota, or it does not exist), not the whole cluster's."""
+    permanent: bool = False
+    """Waiting cannot help: this cluster can never take the pod (a request above a hard quota)."""
 
     @property
     def resumable(self) -> bool:
@@ -84,12 +92,49 @@ def quota_exceeded(status: int | None, body: str | bytes | None) -> ClusterFailu
     if "exceeded quota" not in text and "failed quota" not in text:
         return None
     try:
-        import json
-
         message = json.loads(text).get("message") or text
     except ValueError:
         message = text
+    above = above_hard_limit(str(message))
+    if above:
+        return ClusterFailure(
+            "insufficient",
+            f"quota: {message} (the request is above the quota's hard limit for {', '.join(above)}: it can "
+            "never fit in this namespace)",
+            namespace_only=True,
+            permanent=True,
+        )
     return ClusterFailure("insufficient", f"quota: {message}", namespace_only=True)
+
+
+def above_hard_limit(message: str) -> list[str]:
+    """Resources whose request alone exceeds the quota's hard limit, read from the admission message
+    ("requested: requests.cpu=2, used: ..., limited: requests.cpu=1")."""
+    from airflow_provider_fedsched.federation.resources import QuantityError, parse_quantity
+
+    def values(part: str) -> dict[str, str]:
+        found = {}
+        for item in part.split(","):
+            name, _, value = item.strip().partition("=")
+            if name and value:
+                found[name] = value
+        return found
+
+    requested_at, limited_at = message.find("requested: "), message.find("limited: ")
+    if requested_at < 0 or limited_at < 0:
+        return []
+    requested = values(message[requested_at + 11 :].split(", used: ")[0])
+    limited = values(message[limited_at + 9 :])
+    above = []
+    for name, value in requested.items():
+        if name not in limited:
+            continue
+        try:
+            if parse_quantity(value) > parse_quantity(limited[name]):
+                above.append(name)
+        except QuantityError:
+            continue
+    return above
 
 
 def missing_namespace(status: int | None, body: str | bytes | None) -> ClusterFailure | None:
@@ -100,9 +145,152 @@ def missing_namespace(status: int | None, body: str | bytes | None) -> ClusterFa
     if '"kind":"namespaces"' not in text.replace(" ", "") and "namespaces " not in text:
         return None
     try:
-        import json
-
         message = json.loads(text).get("message") or text
     except ValueError:
         message = text
     return ClusterFailure("misconfigured", str(message), namespace_only=True)
+
+
+def node_not_ready(node: Mapping[str, Any]) -> bool:
+    """The node's Ready condition is not True (False or Unknown: its kubelet stopped reporting)."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") != "True")
+    return True
+
+
+def scheduled(pod: Mapping[str, Any]) -> bool:
+    """The pod is bound to a node (or already past Pending)."""
+    status = pod.get("status") or {}
+    if status.get("phase") not in (None, "Pending", "Unknown"):
+        return True
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+
+
+# Errors without an answer ------------------------------------------------------------------------------
+def chain(exc: BaseException) -> list[BaseException]:
+    """The exception and those it masks or wraps: ``__cause__``/``__context__`` (KubernetesPodOperator's
+    cleanup raises from a ``finally``), urllib3's ``MaxRetryError.reason`` and ``ProtocolError`` args."""
+    seen: list[BaseException] = []
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if current in seen:
+            continue
+        seen.append(current)
+        nested = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
+        pending.extend(e for e in nested if isinstance(e, BaseException) and e not in seen)
+    return seen
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """The cluster did not answer: refused, reset, timed out, TLS or DNS failure (sync or async client)."""
+    import urllib3.exceptions
+
+    kinds: tuple[type[BaseException], ...] = (
+        ConnectionError,
+        TimeoutError,
+        socket.gaierror,
+        ssl.SSLError,
+        urllib3.exceptions.HTTPError,
+    )
+    try:
+        import aiohttp
+
+        kinds = (*kinds, aiohttp.ClientConnectionError, aiohttp.ServerTimeoutError)
+    except ImportError:  # pragma: no cover - a dependency
+        pass
+    return any(isinstance(error, kinds) for error in chain(exc))
+
+
+def never_sent(exc: BaseException) -> bool:
+    """The request never reached the API server (no connection was made), so it cannot have acted."""
+    import urllib3.exceptions
+
+    for error in chain(exc):
+        if isinstance(error, urllib3.exceptions.NewConnectionError | ConnectionRefusedError):
+            return True
+        if isinstance(error, urllib3.exceptions.ConnectTimeoutError | socket.gaierror):
+            return True
+    return False
+
+
+def describe_error(exc: BaseException, server: str, timeout: float | None = None) -> str:
+    """A one-line reason a person understands, naming the API server; never credentials."""
+    import urllib3.exceptions
+
+    errors = chain(exc)
+    for error in errors:
+        status = getattr(error, "status", None)
+        if isinstance(status, int) and not isinstance(error, urllib3.exceptions.HTTPError):
+            if status == 401:
+                return f"{server} rejected the credentials (401 Unauthorized)"
+            if status == 403:
+                return f"{server} forbids the request (403 Forbidden)"
+            return f"{server} answered {status} {getattr(error, 'reason', '') or ''}".rstrip()
+    for error in errors:
+        if isinstance(error, ConnectionRefusedError):
+            return f"connection refused at {server}"
+        if isinstance(error, ssl.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(error):
+            return f"TLS verification failed for {server}"
+        if isinstance(error, socket.gaierror):
+            return f"cannot resolve the host of {server}"
+        if isinstance(error, ConnectionResetError):
+            return f"connection reset by {server}"
+    for error in errors:
+        if isinstance(error, urllib3.exceptions.NewConnectionError) and "refused" in str(error).lower():
+            return f"connection refused at {server}"
+        if isinstance(error, urllib3.exceptions.ConnectTimeoutError):
+            return f"no connection to {server}" + (f" within {timeout:g}s" if timeout else "")
+        if isinstance(error, TimeoutError | urllib3.exceptions.ReadTimeoutError):
+            return f"no answer from {server}" + (f" within {timeout:g}s" if timeout else "")
+        if isinstance(error, urllib3.exceptions.ProtocolError):
+            return f"connection to {server} broken ({_first_line(error)})"
+    return f"{type(exc).__name__} talking to {server}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:200]
+
+
+def classify(
+    errors: Sequence[BaseException],
+    seen: Mapping[str, Any] | None,
+    events: Iterable[Mapping[str, Any]] = (),
+    *,
+    server: str = "the API server",
+    schedule_timeout: float | None = None,
+    timed_out: bool = False,
+) -> ClusterFailure | None:
+    """How an attempt ended: the cluster's failure (move on, or wait), or None for the task's own.
+
+    ``errors``: what was raised (with what it masks); ``seen``: a fresh read of the pod (None when it
+    does not exist or the cluster did not answer); ``events``: the pod's events; ``timed_out``: a timer
+    (the pod trigger's schedule timeout) ran out, which on its own proves nothing: only a pod that is
+    still unscheduled in the fresh read makes it ``insufficient``.
+    """
+    for error in (e for exc in errors for e in chain(exc)):
+        status = getattr(error, "status", None)
+        body = getattr(error, "body", None)
+        found = quota_exceeded(status, body) or missing_namespace(status, body)
+        if found is not None:
+            return found
+    found = disruption(seen, events)
+    if found is not None:
+        return found
+    if seen is not None:
+        message = unschedulable_message(seen)
+        if message is not None:
+            return ClusterFailure("insufficient", f"unschedulable: {message}")
+        if timed_out and not scheduled(seen):
+            after = f" within {schedule_timeout:g}s" if schedule_timeout is not None else ""
+            return ClusterFailure("insufficient", f"not scheduled{after}")
+    for exc in errors:
+        for error in chain(exc):
+            status = getattr(error, "status", None)
+            if (isinstance(status, int) and status >= 500) or is_connection_error(error):
+                return ClusterFailure("unreachable", describe_error(exc, server))
+    return None

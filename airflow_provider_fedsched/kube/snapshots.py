@@ -9,7 +9,6 @@ so; the others are not held up by it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import ssl
 from collections.abc import Callable, Iterable, Mapping
@@ -29,9 +28,7 @@ from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot, NodeS
 from airflow_provider_fedsched.federation.spec import Taint
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.kube.clients import api_client, discard_client
-
-PLACEMENT_LABEL = "fedsched.io/placement"
-"""Label every pod launched by the operator carries: lets a snapshot show which reservations landed."""
+from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL
 
 NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 _QUOTA_KEYS = {
@@ -70,6 +67,24 @@ def quota_headroom(quotas: Iterable[Mapping[str, Any]]) -> dict[str, ResourceLis
             )
             remaining[resource] = max(0, min(remaining.get(resource, left[resource]), left[resource]))
     return headroom
+
+
+def quota_limits(quotas: Iterable[Mapping[str, Any]]) -> dict[str, ResourceList]:
+    """Per namespace, the smallest ``hard`` limit over its quotas, per request resource: a request above
+    it can never be admitted there, however long one waits."""
+    limits: dict[str, ResourceList] = {}
+    for quota in quotas:
+        namespace = quota["metadata"]["namespace"]
+        status = quota.get("status") or {}
+        hard = status.get("hard") or (quota.get("spec") or {}).get("hard") or {}
+        found = limits.setdefault(namespace, {})
+        for key, limit in hard.items():
+            resource = _quota_resource(key)
+            if resource is None:
+                continue
+            amount = parse_resource_list({resource: limit})[resource]
+            found[resource] = min(found.get(resource, amount), amount)
+    return {namespace: found for namespace, found in limits.items() if found}
 
 
 def _node_snapshot(node: Mapping[str, Any], requested: ResourceList) -> NodeSnapshot:
@@ -134,6 +149,8 @@ def describe_failure(access: ClusterAccess, exc: BaseException, timeout: float) 
     if isinstance(exc, ClientConnectorCertificateError | ClientSSLError | ssl.SSLError):
         return f"TLS verification failed for {server} ({source})"
     if isinstance(exc, ClientConnectorError):
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return f"connection refused at {server} ({source})"
         return f"API server {server} unreachable: {exc.os_error.strerror or exc.os_error} ({source})"
     if isinstance(exc, ApiException):
         if exc.status == 401:
@@ -175,22 +192,80 @@ async def _list_all(api: Any) -> tuple[list[Any], list[Any], list[Any]]:
     return bodies[0]["items"], bodies[1]["items"], bodies[2]["items"]
 
 
+STARVED_PREFIX = "this worker was short of CPU"
+STARVED_FRACTION = 0.5
+"""A timeout while this process's event loop ran that late (a fraction of the timeout) is the worker's
+own fault (CPU starvation), not the cluster's: such a snapshot is never shared."""
+
+
+class _LoopLag:
+    """How late this event loop wakes up while snapshots are collected (CPU starvation of the worker)."""
+
+    def __init__(self, tick: float = 0.05) -> None:
+        self.tick = tick
+        self.worst = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.tick)
+            self.worst = max(self.worst, loop.time() - before - self.tick)
+
+    def __enter__(self) -> _LoopLag:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
 async def collect_snapshot(
-    access: ClusterAccess, timeout: float, clock: Callable[[], datetime] | None = None
-) -> ClusterSnapshot:
-    """Snapshot one cluster within ``timeout`` seconds; failures become an unreachable snapshot."""
+    access: ClusterAccess,
+    timeout: float,
+    clock: Callable[[], datetime] | None = None,
+    lag: _LoopLag | None = None,
+    limits: dict[str, dict[str, ResourceList]] | None = None,
+) -> ClusterSnapshot | None:
+    """Snapshot one cluster within ``timeout`` seconds; failures become an unreachable snapshot.
+
+    The client is built before the clock starts (a fresh process pays for that, not the cluster). A
+    timeout while this process was starved of CPU (``lag``) is this worker's own: the snapshot says so
+    (:func:`self_inflicted`), so that it is never shared with the others."""
     from kubernetes_asyncio import client
 
     now = clock or (lambda: datetime.now(UTC))
+    try:
+        api = client.CoreV1Api(await api_client(access))
+    except Exception as exc:
+        return ClusterSnapshot(
+            cluster=access.cluster,
+            observed_at=now(),
+            reachable=False,
+            reason=describe_failure(access, exc, timeout),
+        )
 
     async def read() -> ClusterSnapshot:
-        nodes, pods, quotas = await _list_all(client.CoreV1Api(await api_client(access)))
+        nodes, pods, quotas = await _list_all(api)
+        if limits is not None:
+            limits[access.cluster] = quota_limits(quotas)
         return condense(access.cluster, nodes, pods, quotas, observed_at=now())
 
     try:
         return await asyncio.wait_for(read(), timeout)
     except Exception as exc:
         await discard_client(access)
+        timed_out = isinstance(exc, TimeoutError | asyncio.TimeoutError)
+        if timed_out and lag is not None and lag.worst >= timeout * STARVED_FRACTION:
+            return ClusterSnapshot(
+                cluster=access.cluster,
+                observed_at=now(),
+                reachable=False,
+                reason=f"{STARVED_PREFIX} (its event loop ran {lag.worst:.1f}s late): no answer within "
+                f"{timeout:g}s says nothing about {access.server}",
+            )
         return ClusterSnapshot(
             cluster=access.cluster,
             observed_at=now(),
@@ -199,11 +274,24 @@ async def collect_snapshot(
         )
 
 
-async def collect_snapshots(accesses: Iterable[ClusterAccess], timeout: float) -> dict[str, ClusterSnapshot]:
-    """Snapshot every cluster concurrently, each within its own ``timeout``."""
+async def collect_snapshots(
+    accesses: Iterable[ClusterAccess],
+    timeout: float,
+    limits: dict[str, dict[str, ResourceList]] | None = None,
+) -> dict[str, ClusterSnapshot]:
+    """Snapshot every cluster concurrently, each within its own ``timeout``. ``limits`` receives each
+    answering cluster's :func:`quota_limits`."""
     accesses = list(accesses)
-    results = await asyncio.gather(*(collect_snapshot(access, timeout) for access in accesses))
-    return {snapshot.cluster: snapshot for snapshot in results}
+    with _LoopLag() as lag:
+        results = await asyncio.gather(
+            *(collect_snapshot(access, timeout, lag=lag, limits=limits) for access in accesses)
+        )
+    return {snapshot.cluster: snapshot for snapshot in results if snapshot is not None}
+
+
+def self_inflicted(snapshot: ClusterSnapshot) -> bool:
+    """A snapshot that failed because of the worker that took it (never to be shared)."""
+    return not snapshot.reachable and (snapshot.reason or "").startswith(STARVED_PREFIX)
 
 
 async def delete_pods(
@@ -211,21 +299,11 @@ async def delete_pods(
 ) -> list[tuple[str, str]]:
     """Delete ``(namespace, name)`` pods in one cluster; return those confirmed gone (deleted or 404)."""
     from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.exceptions import ApiException
 
-    gone: list[tuple[str, str]] = []
+    from airflow_provider_fedsched.kube.pods import aremove_all
 
-    async def run() -> None:
+    try:
         api = client.CoreV1Api(await api_client(access))
-        for namespace, name in pods:
-            try:
-                await api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-            except ApiException as exc:
-                if exc.status != 404:
-                    continue
-            gone.append((namespace, name))
-
-    # Still unreachable: the pods stay on the list for the next snapshot.
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(run(), timeout)
-    return gone
+        return await asyncio.wait_for(aremove_all(api, pods, within=timeout), timeout * 2)
+    except Exception:  # still unreachable: the pods stay on the list for the next snapshot
+        return []

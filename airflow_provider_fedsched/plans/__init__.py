@@ -1,12 +1,6 @@
-"""Precomputed placements for periodic DAGs, and the idle-capacity forecast they assume.
+"""Precomputed placements for periodic DAGs.
 
-* :mod:`.runtime`: what the operator calls at run time (:func:`planned_decision`, :func:`forecast_idle`).
-* :mod:`.planner`: finds scheduled DAGs with federated tasks, computes and stores their plans.
+* :mod:`.planner`: finds scheduled DAGs with federated tasks, computes and stores their plans through the
+  federation hook (which also serves them to tasks at run time: ``FederationHook.planned_decision``).
 * :mod:`.dag`: :func:`planner_dag`, the DAG factory that runs the planner on a schedule.
 """
-
-from __future__ import annotations
-
-from airflow_provider_fedsched.plans.runtime import forecast_idle, planned_decision
-
-__all__ = ["forecast_idle", "planned_decision"]

@@ -1,14 +1,14 @@
 """The planner: precompute placements for the upcoming runs of every scheduled federated DAG.
 
 It reads DAGs the way Airflow does (a :class:`DagBag` over the DAGs folder), keeps the scheduled ones that
-have :class:`FederatedKubernetesOperator` tasks, asks each DAG's timetable (the scheduler's, from the
-serialized DAG) for its next runs within a horizon, builds each task's placement request with
-``operator.prepare()``, decides with the idle forecast for that run's window, and stores one
-:class:`~airflow_provider_fedsched.federation.plan.Plan` per task and logical date in shared state.
+have federated tasks (any task with a ``placement_request(hook)`` method, such as
+``FederatedKubernetesOperator``), asks each DAG's timetable (the scheduler's, from the serialized DAG) for
+its next runs within a horizon, builds each task's placement request against the hook it is given,
+decides with the idle forecast for that run's window, and stores one
+:class:`~airflow_provider_fedsched.federation.plan.Plan` per task and logical date through the hook.
 
 A plan is made against the snapshots of now: hard rules are checked again when the run starts
-(:func:`~airflow_provider_fedsched.plans.runtime.planned_decision`); a cooldown that ends before the run
-is ignored at planning time.
+(:meth:`FederationHook.planned_decision`); a cooldown that ends before the run is ignored at planning time.
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from airflow_provider_fedsched.federation.plan import Plan, plan_from_decision
-from airflow_provider_fedsched.plans.runtime import fold_profiles, idle_forecast
+from airflow_provider_fedsched.hooks.planning import idle_forecast
 
 if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.request import TaskRequest
+    from airflow_provider_fedsched.federation.spec import PolicySpec
     from airflow_provider_fedsched.hooks.federation import FederationHook
-    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,29 @@ def load_dags(dags_folder: str | Path | None = None) -> tuple[dict[str, Any], di
     return dict(bag.dags), dict(bag.import_errors)
 
 
-def federated_tasks(dag: Any) -> list[FederatedKubernetesOperator]:
-    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+@runtime_checkable
+class PlannableTask(Protocol):
+    """A task the planner can place ahead of its run (``FederatedKubernetesOperator`` is one)."""
 
-    return [task for task in dag.tasks if isinstance(task, FederatedKubernetesOperator)]
+    task_id: str
+    federation: Any
+    """Its federation spec source (what :class:`FederationHook` accepts)."""
+
+    def placement_request(self, hook: FederationHook) -> tuple[TaskRequest, PolicySpec]:
+        """Its validated placement request and effective policy, against ``hook``'s federation."""
+        ...
+
+
+def federated_tasks(dag: Any) -> list[PlannableTask]:
+    return [task for task in dag.tasks if isinstance(task, PlannableTask)]
+
+
+def hook_for(task: PlannableTask, hooks: dict[str, FederationHook]) -> FederationHook:
+    """One hook per federation spec (one read of its snapshots for all of its tasks)."""
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+
+    candidate = FederationHook(task.federation)
+    return hooks.setdefault(candidate.engine.fingerprint, candidate)
 
 
 def upcoming_runs(dag: Any, now: datetime, horizon: timedelta, limit: int) -> list[tuple[datetime, datetime]]:
@@ -118,44 +138,37 @@ def compute_plans(
     valid_for: timedelta = DEFAULT_VALID_FOR,
     fallbacks: int = DEFAULT_FALLBACKS,
     hook: FederationHook | None = None,
+    hooks: dict[str, FederationHook] | None = None,
 ) -> list[PlannedRun]:
     """Plans for the next runs of every scheduled DAG with federated tasks.
 
-    Each task decides with its own federation hook (its ``federation`` argument) unless ``hook`` is given
-    (the CLI's ``--federation``/``--kubeconfig``), which then serves every task.
+    Each task decides with the hook of its own federation (its ``federation`` argument; tasks of one
+    federation share one) unless ``hook`` is given (the CLI's ``--federation``/``--kubeconfig``), which
+    then serves every task. ``hooks`` collects the hooks used, by spec fingerprint.
     """
     now = now or datetime.now(UTC)
     planned: list[PlannedRun] = []
     context: dict[int, _HookView] = {}
-    shared_hooks: dict[str, FederationHook] = {}
+    shared_hooks: dict[str, FederationHook] = {} if hooks is None else hooks
     for dag in sorted(dags, key=lambda d: d.dag_id):
         tasks = federated_tasks(dag)
         if not tasks:
             continue
         runs = upcoming_runs(dag, now, horizon, runs_per_dag)
         for task in tasks:
-            # Tasks of one federation share one hook (one read of its snapshots); the cached property is
-            # replaced in this process only.
             try:
-                shared = hook or shared_hooks.setdefault(
-                    task.federation_hook.engine.fingerprint, task.federation_hook
-                )
-                task.__dict__["federation_hook"] = shared
-
-                _, request = task.prepare(None)
+                task_hook = hook or hook_for(task, shared_hooks)
+                request, policy = task.placement_request(task_hook)
             except Exception as exc:
                 for logical, run_after in runs:
                     planned.append(PlannedRun(dag.dag_id, task.task_id, logical, run_after, None, str(exc)))
                 continue
-            view = context.get(id(task.federation_hook))
+            view = context.get(id(task_hook))
             if view is None:
-                view = context[id(task.federation_hook)] = _HookView.read(task.federation_hook, now)
+                view = context[id(task_hook)] = _HookView.read(task_hook, now)
             # Whole-cluster cooldowns plus those of this task's namespace (a quota is per namespace).
             names = list(view.snapshots)
-            cooldowns = {
-                **view.cooldowns,
-                **view.hook.state.cooldowns(names, now, namespace=request.namespace),
-            }
+            cooldowns = {**view.cooldowns, **view.hook.cooldowns(names, now, namespace=request.namespace)}
             for logical, run_after in runs:
                 end = run_after + timedelta(seconds=max(request.expected_duration_seconds, 60.0))
                 forecast = idle_forecast(view.models, run_after, end, request.resources)
@@ -166,7 +179,7 @@ def compute_plans(
                     cooldowns={c: until for c, until in cooldowns.items() if until > run_after},
                     reservations=view.reservations,
                     forecast=forecast,
-                    policy=task.policy_spec,
+                    policy=policy,
                 )
                 plan = plan_from_decision(
                     decision,
@@ -176,7 +189,7 @@ def compute_plans(
                     run_after=run_after,
                     valid_until=run_after + valid_for,
                     request=request,
-                    policy=task.policy_spec,
+                    policy=policy,
                     forecast=forecast,
                     fallbacks=fallbacks,
                 )
@@ -199,13 +212,13 @@ class _HookView:
     @classmethod
     def read(cls, hook: FederationHook, now: datetime) -> _HookView:
         names = [c.name for c in hook.spec.clusters]
-        snapshots = hook.snapshots(names, now=now)
+        view = hook.view(names, namespace=None, now=now)
         return cls(
             hook=hook,
-            snapshots=snapshots,
-            cooldowns=hook.state.cooldowns(names, now),
-            reservations=hook.state.reservations(snapshots, now),
-            models=fold_profiles(hook),
+            snapshots=view.snapshots,
+            cooldowns=view.cooldowns,
+            reservations=view.reservations,
+            models=hook.fold_profiles(),
         )
 
 
@@ -218,11 +231,11 @@ def store_plans(planned: Iterable[PlannedRun], hooks: Iterable[FederationHook], 
         fingerprint = hook.engine.fingerprint
         for plan in plans:
             if plan.spec_fingerprint == fingerprint:
-                hook.state.put_plan(plan)
+                hook.put_plan(plan)
                 stored += 1
-        for old in hook.state.plans():
+        for old in hook.plans():
             if old.valid_until < now:
-                hook.state.delete_plan(old)
+                hook.delete_plan(old)
     return stored
 
 
@@ -251,6 +264,7 @@ def run_planner(
     now = now or datetime.now(UTC)
     log.info("Planning runs due from %s to %s", now.isoformat(), (now + horizon).isoformat())
     dags, errors = load_dags(dags_folder)
+    used: dict[str, FederationHook] = {}
     planned = compute_plans(
         dags.values(),
         now=now,
@@ -259,13 +273,9 @@ def run_planner(
         valid_for=valid_for,
         fallbacks=fallbacks,
         hook=hook,
+        hooks=used,
     )
     if not dry_run:
-        hooks = (
-            [hook]
-            if hook is not None
-            else [t.federation_hook for d in dags.values() for t in federated_tasks(d)]
-        )
-        stored = store_plans(planned, hooks, now)
+        stored = store_plans(planned, [hook] if hook is not None else list(used.values()), now)
         log.info("Stored %d plan(s) for %d planned task run(s)", stored, len(planned))
     return planned, errors

@@ -29,12 +29,13 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from airflow_provider_fedsched.federation.decision import Decision
-from airflow_provider_fedsched.federation.record import XCOM_KEY, PlacementRecord
+from airflow_provider_fedsched.federation.record import FAILURE_KINDS, XCOM_KEY, PlacementRecord
 
 MAX_PAGE_SIZE = 200
 DEFAULT_PAGE_SIZE = 50
-LEFT_OUTCOMES = frozenset({"insufficient", "evicted", "unreachable"})
-"""Attempt outcomes that moved the task to another cluster: a try with one of these failed over."""
+LEFT_OUTCOMES = FAILURE_KINDS
+"""Attempt outcomes that moved the task to another cluster: a try with one of these failed over (the
+failure vocabulary of ``federation/record.py``, so that a new kind of failure is never missing here)."""
 OUTCOME_FILTERS = ("succeeded", "failed", "running", "waiting", "failover")
 """``outcome=`` values: a record's outcome, or ``failover`` for tries that left at least one cluster."""
 RECENT_SAMPLES = 20
@@ -248,6 +249,25 @@ def failed_over(record: PlacementRecord) -> bool:
     return any(attempt.outcome in LEFT_OUTCOMES for attempt in record.attempts)
 
 
+def live_state(record: PlacementRecord) -> dict[str, Any] | None:
+    """For a try still waiting or running: since when and why (None once it ended)."""
+    if record.ended_at is not None or record.outcome not in ("waiting", "running"):
+        return None
+    current = record.current
+    if record.outcome == "waiting":
+        since = record.waiting_since or record.started_at
+        why = record.reason or "no compliant cluster has room now"
+    elif current is not None and current.outcome == "running":
+        since = current.started_at
+        left = [a for a in record.attempts if a.outcome in LEFT_OUTCOMES]
+        why = current.decision
+        if left:
+            why = f"failed over from {left[-1].cluster} ({left[-1].outcome}): {current.decision}"
+    else:
+        since, why = record.started_at, record.reason
+    return {"state": record.outcome, "since": since.isoformat(), "why": why}
+
+
 def placement_row(
     value: Any,
     *,
@@ -280,6 +300,7 @@ def placement_row(
         "reason": record.reason,
         "plan_used": record.plan_used,
         "failover": failed_over(record),
+        "live": live_state(record),
         "attempts": [
             {
                 "number": attempt.number,
@@ -353,16 +374,16 @@ def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, A
     now = now or datetime.now(UTC)
     rows: list[dict[str, Any]] = []
     for member in hook.spec.clusters:
-        snapshot = hook.state.get_snapshot(member.name)
+        snapshot = hook.stored_snapshot(member.name)
         summary = summarize(snapshot, now) if snapshot is not None else None
-        cooldowns = hook.state.cooldown_details(member.name, now)
+        cooldowns = hook.cooldown_details(member.name, now)
         cooldown = cooldowns[0] if cooldowns else None
         latency = [
             float(s["seconds"])
-            for s in hook.state.history(member.name, "start_latency")[-RECENT_SAMPLES:]
+            for s in hook.history(member.name, "start_latency")[-RECENT_SAMPLES:]
             if isinstance(s.get("seconds"), int | float)
         ]
-        outcomes = hook.state.history(member.name, "outcome")[-RECENT_SAMPLES:]
+        outcomes = hook.history(member.name, "outcome")[-RECENT_SAMPLES:]
         durations = [float(s["duration"]) for s in outcomes if isinstance(s.get("duration"), int | float)]
         counts: dict[str, int] = {}
         for sample in outcomes:

@@ -99,7 +99,11 @@ def test_api_down_then_back(fed: SimFederation, spec_path: Path) -> None:
         fed["east-cpu"].faults.up()
     back = hook.collect(["east-cpu"])["east-cpu"]
 
-    assert not down.reachable and down.reason is not None and "unreachable" in down.reason
+    assert (
+        not down.reachable
+        and down.reason is not None
+        and "connection refused at http://127.0.0.1" in down.reason
+    )
     assert "token" not in down.reason.lower()
     assert back.reachable and len(back.nodes) == 3
     decision = hook.engine.decide(
@@ -211,8 +215,8 @@ def test_cooldown_and_snapshots_are_visible_from_a_second_worker_process(
         "from airflow_provider_fedsched.hooks.federation import FederationHook\n"
         "hook = FederationHook(sys.argv[1])\n"
         "now = datetime.now(UTC)\n"
-        "snaps = hook.state.snapshots([c.name for c in hook.spec.clusters])\n"
-        "until, why = hook.state.cooldown('east-cpu', now)\n"
+        "snaps = hook.state.snapshots.newest([c.name for c in hook.spec.clusters])\n"
+        "until, why = hook.cooldown('east-cpu', now)\n"
         "print(json.dumps({'snapshots': sorted(snaps), 'until': until.isoformat(), 'why': why}))\n"
     )
     worker = subprocess.run(

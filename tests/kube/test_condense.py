@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from airflow_provider_fedsched.kube.snapshots import PLACEMENT_LABEL, condense, quota_headroom
+from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL
+from airflow_provider_fedsched.kube.snapshots import condense, quota_headroom
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Imported once here, before any DagBag parses a DAG file: on a loaded machine the first import of the
+# cncf.kubernetes provider alone can exceed Airflow's 30 s DAG import timeout.
+import airflow_provider_fedsched.operators.federated_pod  # noqa: F401
 from airflow_provider_fedsched.sim import SimFederation
 
 # Simulated time runs 10x faster: a pod's default 1 s run takes 0.1 s.
@@ -45,4 +48,6 @@ def federation(sim_federation: SimFederation, tmp_path: Path, monkeypatch: pytes
     path = tmp_path / "federation.yaml"
     path.write_text(yaml.safe_dump(spec))
     monkeypatch.setenv("AIRFLOW__FEDSCHED__FEDERATION_SPEC", str(path))
+    # dag.test() runs triggers inline, with no scheduler to race: deferrals need no floor here.
+    monkeypatch.setenv("AIRFLOW__FEDSCHED__MIN_DEFERRAL_SECONDS", "0.5")
     return path

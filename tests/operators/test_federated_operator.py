@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation, wait_for
@@ -126,10 +128,10 @@ def test_quota_exhausted_since_the_snapshot_fails_over_in_the_same_try(
     assert "exceeded quota: tight" in record["attempts"][0]["reason"]
     assert dag_run.get_task_instances()[0].try_number == 1  # no Airflow retry was spent
     # The etl namespace's quota cools east-cpu down for etl pods only, not for the cluster's other tenants.
-    state = FederationHook().state
-    cooldown = state.cooldown("east-cpu", datetime.now(UTC), namespace="etl")
+    hook = FederationHook()
+    cooldown = hook.cooldown("east-cpu", namespace="etl")
     assert cooldown is not None and "quota" in cooldown[1]
-    assert state.cooldown("east-cpu", datetime.now(UTC)) is None
+    assert hook.cooldown("east-cpu") is None
     assert pods_of(sim_federation, "fed_quota_failover") == []
 
 
@@ -210,17 +212,33 @@ def test_task_failure_is_not_retried_elsewhere(sim_federation: SimFederation, fe
 def test_waits_for_a_compliant_cluster_then_fails_with_the_reasons(
     sim_federation: SimFederation, federation: Path
 ) -> None:
-    hook = FederationHook()
-    until = hook.cool_down("west-general", "maintenance")
-    state, record, _ = run("fed_wait_timeout")
-    hook.state.clear_cooldown("west-general")
+    """The only cluster the data may go to does not answer: the task waits, then fails saying why."""
+    sim_federation["west-general"].faults.down()
+    try:
+        state, record, _ = run("fed_wait_timeout")
+    finally:
+        sim_federation["west-general"].faults.up()
 
     assert state == "failed" and record is not None
     assert record["attempts"] == []  # never placed outside eu-west-1
     assert "no cluster could take the task within 3s" in record["reason"]
-    assert until.isoformat()[:16] in json.dumps(record["decisions"]) or "Cooldown" in json.dumps(
-        record["decisions"]
-    )
+    assert "connection refused at http://127.0.0.1" in json.dumps(record["decisions"])
+    assert record["waited_seconds"] >= 3
+
+
+def test_a_cooldown_never_holds_back_a_task_whose_only_compliant_cluster_has_room(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    hook = FederationHook()
+    hook.cool_down("west-general", "insufficient: an earlier pod could not be scheduled")
+    try:
+        state, record, _ = run("fed_wait_timeout")
+    finally:
+        hook.clear_cooldown("west-general")
+
+    assert state == "success" and record is not None
+    assert path(record) == [("west-general", "succeeded")]
+    assert "a cooldown is not a reason to wait" in record["attempts"][0]["decision"]
 
 
 @pytest.mark.parametrize(
@@ -288,14 +306,16 @@ def pod_creates(fed: SimFederation) -> int:
     )
 
 
+@pytest.mark.parametrize("retry", [False, True], ids=["same-try", "next-try"])
 def test_killed_worker_then_restarted_try_reattaches_to_the_same_pod(
-    sim_federation: SimFederation, federation: Path
+    sim_federation: SimFederation, federation: Path, retry: bool
 ) -> None:
-    """A worker dies mid-task; the restarted try finds the pod in its cluster: one pod is ever created."""
+    """A worker dies mid-task; the restarted try (or, after a retry, the next try) finds the pod in its
+    cluster, whatever labels an orphaned earlier process left on it: one pod is ever created."""
     airflow_harness.load_dag(DAG_FILE, "fed_reattach")
     airflow_harness.serialize_dags()
     now = datetime.now(UTC)
-    run_id = f"manual__reattach-{now.timestamp():.0f}"
+    run_id = f"manual__reattach-{retry}-{now.timestamp():.0f}"
     airflow_harness.create_dag_run("fed_reattach", run_id, now)
     command = [
         str(Path(sys.executable).with_name("airflow")),
@@ -306,33 +326,69 @@ def test_killed_worker_then_restarted_try_reattaches_to_the_same_pod(
         run_id,
     ]
     creates_before = pod_creates(sim_federation)
-    worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first_try = try_number_of("fed_reattach", run_id)
+    log = (federation.parent / "first-worker.log").open("w")
+    worker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
 
-        def running_pod() -> str | None:
-            found = [
-                f"{name}/{pod['metadata']['name']}"
-                for name, handle in sim_federation.handles.items()
-                for pod in handle.pods()
-                if (pod["metadata"].get("labels") or {}).get("dag_id") == "fed_reattach"
-                and pod["status"].get("phase") == "Running"
-            ]
-            return found[0] if found else None
+        def running_pod() -> tuple[str, dict[str, Any]] | None:
+            for name, handle in sim_federation.handles.items():
+                for pod in handle.pods():
+                    labels = pod["metadata"].get("labels") or {}
+                    if (
+                        labels.get("dag_id") == "fed_reattach"
+                        and labels.get("run_id", "").startswith(f"manual__reattach-{retry}")
+                        and pod["status"].get("phase") == "Running"
+                    ):
+                        return name, pod
+            return None
 
-        first_pod = wait_for(running_pod, timeout=90)
+        # A fresh `airflow tasks test` process imports Airflow and the provider first: slow on a busy machine.
+        cluster, pod = wait_for(running_pod, timeout=240, message=str(federation.parent / "first-worker.log"))
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
+    first_pod = f"{cluster}/{pod['metadata']['name']}"
+    if retry:
+        # What an orphaned task process of the dead worker did: label the pod as processed.
+        sim_federation.call(
+            sim_federation.clusters[cluster].store.mutate,
+            "pods",
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            lambda p: p["metadata"]["labels"].update({"already_checked": "True"}),
+        )
+        bump_try_number("fed_reattach", run_id)
 
     restarted = subprocess.run(command, capture_output=True, text=True, timeout=300)
 
     assert restarted.returncode == 0, restarted.stdout[-3000:]
-    assert "Reattached to pod" in restarted.stdout
+    assert ("Adopting pod" if retry else "Reattached to pod") in restarted.stdout
     assert pod_creates(sim_federation) - creates_before == 1
     record = placement_of_run("fed_reattach", run_id)
-    assert record["outcome"] == "succeeded"
+    assert record["outcome"] == "succeeded" and record["try_number"] == first_try + retry
     assert [f"{a['cluster']}/{a['pod']}" for a in record["attempts"]] == [first_pod]
+    assert record["attempts"][0]["adopted"] is retry
     assert pods_of(sim_federation, "fed_reattach") == []
+
+
+def try_number_of(dag_id: str, run_id: str) -> int:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id, task_id="work").one()
+        return int(ti.try_number)
+
+
+def bump_try_number(dag_id: str, run_id: str) -> None:
+    """What the scheduler does when it retries a task instance whose worker died."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id, task_id="work").one()
+        ti.try_number += 1
 
 
 def placement_of_run(dag_id: str, run_id: str) -> dict[str, Any]:
@@ -392,6 +448,55 @@ def test_deferrable_run_records_pod_start_latency(sim_federation: SimFederation,
         datetime.fromisoformat(attempt["running_at"]),
     )
     assert running >= started.replace(microsecond=0)  # the kubelet reports start times in whole seconds
-    samples = FederationHook().state.history(attempt["cluster"], "start_latency")
+    samples = FederationHook().history(attempt["cluster"], "start_latency")
     assert samples and datetime.fromisoformat(samples[-1]["at"]) == running
     assert 0 <= samples[-1]["seconds"] < 60
+
+
+def test_cluster_selector_restricts_members_by_their_labels(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    state, record, _ = run("fed_cluster_selector")
+
+    assert state == "success" and record is not None
+    assert path(record) == [("north-gpu", "succeeded")]  # the only member labelled gpu=true
+    rejected = {r["cluster"]: r["plugin"] for r in record["decisions"][0]["rejected"]}
+    assert rejected == {"east-cpu": "ClusterLabels", "west-general": "ClusterLabels"}
+
+
+def test_a_request_above_every_hard_quota_is_impossible_not_a_wait(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    for handle in sim_federation.handles.values():
+        handle.set_quota("etl", {"requests.cpu": "1"}, name="tiny")
+    try:
+        take_snapshot()
+        started = time.monotonic()
+        state, record, _ = run("fed_hard_quota")  # wait_timeout is 10 minutes: it must not wait
+        took = time.monotonic() - started
+    finally:
+        for handle in sim_federation.handles.values():
+            handle.set_quota("etl", {"requests.cpu": "1000"}, name="tiny")
+
+    assert state == "failed" and record is not None and record["attempts"] == []
+    assert "no member cluster can ever run this task" in record["reason"]
+    assert "hard quota" in record["reason"] and took < 120
+
+
+def test_a_broken_member_is_skipped_with_its_reason_while_healthy_ones_serve(
+    sim_federation: SimFederation, federation: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = yaml.safe_load(federation.read_text())
+    broken = {**spec["clusters"][0], "name": "aaa-broken", "conn_id": "k8s_nowhere"}
+    spec["clusters"].insert(0, broken)  # sorts first: the first member used to fail every task
+    with_broken = federation.with_name("with-broken.yaml")
+    with_broken.write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv("AIRFLOW__FEDSCHED__FEDERATION_SPEC", str(with_broken))
+
+    state, record, _ = run("fed_broken_member")
+
+    assert state == "success" and record is not None
+    assert record["cluster"] != "aaa-broken"
+    rejected = {r["cluster"]: r["reason"] for r in record["decisions"][0]["rejected"]}
+    assert "connection does not exist" in rejected["aaa-broken"]
+    assert "k8s_nowhere" in rejected["aaa-broken"]

@@ -66,7 +66,7 @@ def test_planner_dag_plans_the_periodic_dag_and_its_run_uses_the_plan(
     airflow_harness.load_dag(PERIODIC, "example_periodic_federated")  # into the DAGs folder
     planner_run = airflow_harness.run_dag(PLANNER, "fedsched_planner")
     assert airflow_harness.task_states(planner_run) == {"plan": "success"}
-    plans = FederationHook().state.plans("example_periodic_federated")
+    plans = FederationHook().plans("example_periodic_federated")
     # Hourly at :05, every run due within 24 hours (23 or 24 of them, depending on whether the cron
     # timetable runs at its logical date or at the end of its data interval), both tasks planned.
     dates = sorted({p.logical_date for p in plans})
@@ -104,7 +104,7 @@ def test_primary_cooling_down_runs_on_the_planned_fallback(
 ) -> None:
     first = plan_next_runs()
     hook = FederationHook()
-    plan = hook.state.get_plan("example_periodic_federated", "hourly_rollup", first)
+    plan = hook.get_plan("example_periodic_federated", "hourly_rollup", first)
     assert plan is not None and plan.clusters == ["east-cpu", "north-gpu"]
     hook.cool_down("east-cpu", "test: a pod failed there")
     dag_run = airflow_harness.run_dag(PERIODIC, "example_periodic_federated", logical_date=first)
@@ -120,18 +120,17 @@ def test_plan_set_aside_when_its_only_cluster_cannot_run_it_now(
 ) -> None:
     first = plan_next_runs(fallbacks=0)
     hook = FederationHook()
-    assert hook.state.get_plan("example_periodic_federated", "hourly_rollup", first).clusters == ["east-cpu"]  # type: ignore[union-attr]
+    assert hook.get_plan("example_periodic_federated", "hourly_rollup", first).clusters == ["east-cpu"]  # type: ignore[union-attr]
     if incident == "cooling down":
         hook.cool_down("east-cpu", "test: a pod failed there")
         expected = "east-cpu: Cooldown: cooling down until"
     else:
         # Its snapshot is older than the TTL allows and the cluster stopped answering: the refresh at
         # validation finds it unreachable.
-        snapshot = hook.state.get_snapshot("east-cpu")
+        snapshot = hook.stored_snapshot("east-cpu")
         assert snapshot is not None
-        hook.state.put_snapshot(
-            snapshot.model_copy(update={"observed_at": snapshot.observed_at - timedelta(hours=1)})
-        )
+        stale = snapshot.model_copy(update={"observed_at": snapshot.observed_at - timedelta(hours=1)})
+        hook.state.snapshots.put([stale])
         fed["east-cpu"].faults.down()
         expected = "east-cpu: Reachable: unreachable"
     try:
@@ -168,11 +167,9 @@ def test_plan_set_aside_when_the_spec_changes(airflow_fed: Path, capfd: pytest.C
 def test_a_forged_plan_never_breaks_sovereignty(airflow_fed: Path, capfd: pytest.CaptureFixture[str]) -> None:
     first = plan_next_runs()
     hook = FederationHook()
-    plan = hook.state.get_plan("example_periodic_federated", "hourly_rollup", first)
+    plan = hook.get_plan("example_periodic_federated", "hourly_rollup", first)
     assert plan is not None
-    hook.state.put_plan(
-        plan.model_copy(update={"clusters": ["west-general"]})
-    )  # EU: forbidden for user-events
+    hook.put_plan(plan.model_copy(update={"clusters": ["west-general"]}))  # EU: forbidden for user-events
     dag_run = airflow_harness.run_dag(PERIODIC, "example_periodic_federated", logical_date=first)
     out = capfd.readouterr().out
     assert "west-general: Sovereignty: region 'eu-west-1' is not allowed by dataset 'user-events'" in out

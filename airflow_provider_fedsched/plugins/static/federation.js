@@ -2,8 +2,10 @@
 "use strict";
 
 const PAGE_SIZE = 25;
-const LEFT = new Set(["insufficient", "evicted", "unreachable"]);
-const state = { offset: 0, total: 0, filters: {}, selected: null };
+// The failure vocabulary (federation/record.py FAILURE_KINDS): outcomes that moved a task elsewhere.
+const LEFT = new Set(["insufficient", "evicted", "unreachable", "misconfigured"]);
+const ENDED_BADLY = new Set(["failed", "lost", "cancelled"]);
+const state = { offset: 0, total: 0, filters: {}, selected: null, live: false };
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -44,9 +46,17 @@ function when(iso) {
 }
 
 function outcomeBadge(outcome) {
-  const kind = { succeeded: "ok", failed: "bad", running: "info", waiting: "warn" }[outcome]
+  const kind = { succeeded: "ok", failed: "bad", lost: "bad", cancelled: "bad", running: "info", waiting: "warn" }[outcome]
     || (LEFT.has(outcome) ? "warn" : "");
   return el("span", { class: `badge ${kind}` }, outcome);
+}
+
+// A try that is waiting or running right now: since when, and why.
+function liveNote(live) {
+  if (!live) return null;
+  const since = (Date.now() - new Date(live.since).getTime()) / 1000;
+  return el("div", { class: "small live", title: live.why },
+    `${live.state} for ${seconds(Math.max(0, since))}`, el("div", { class: "muted" }, live.why));
 }
 
 const RESOURCE_LABELS = { cpu: "CPU", memory: "Memory", "nvidia.com/gpu": "GPU" };
@@ -126,7 +136,7 @@ function attemptList(row) {
     el("li", {},
       el("strong", {}, a.cluster), " ", outcomeBadge(a.outcome),
       a.resumed_from_checkpoint ? el("span", { class: "badge info" }, "resumed") : null,
-      LEFT.has(a.outcome) || a.outcome === "failed" ? el("span", { class: "reason" }, a.reason) : null)));
+      LEFT.has(a.outcome) || ENDED_BADLY.has(a.outcome) ? el("span", { class: "reason" }, a.reason) : null)));
 }
 
 function taskInstanceCell(row) {
@@ -146,6 +156,7 @@ async function loadPlacements() {
     return;
   }
   state.total = data.total;
+  state.live = data.placements.some((row) => row.live);
   body.replaceChildren();
   if (!data.placements.length) {
     body.append(el("tr", {}, el("td", { colspan: 10, class: "empty" }, "No placement recorded for these filters.")));
@@ -165,7 +176,7 @@ async function loadPlacements() {
       el("td", { class: "num" }, row.try_number),
       el("td", {}, row.cluster ? el("strong", {}, row.cluster) : el("span", { class: "muted" }, "–"),
         row.failover ? el("div", {}, el("span", { class: "badge warn failover-mark" }, "failed over")) : null),
-      el("td", {}, outcomeBadge(row.outcome)),
+      el("td", {}, outcomeBadge(row.outcome), liveNote(row.live)),
       el("td", {}, row.plan_used ? el("span", { class: "badge info" }, "plan") : el("span", { class: "muted" }, "–")),
       el("td", {}, attemptList(row)),
       el("td", { class: "num" }, seconds(row.waited_seconds)),
@@ -280,6 +291,8 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("next").addEventListener("click", () => { state.offset += PAGE_SIZE; loadPlacements(); });
   document.getElementById("refresh").addEventListener("click", route);
   window.addEventListener("hashchange", route);
+  // While a listed try waits or runs, keep its row current (every 10 s, only while the page is visible).
+  setInterval(() => { if (state.live && !document.hidden && !state.selected) loadPlacements(); }, 10000);
   loadClusters();  // also fills the cluster filter
   route();
 });

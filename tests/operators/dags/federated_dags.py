@@ -39,8 +39,12 @@ def federated_dag(dag_id: str, **operator_args: Any) -> DAG:
             image="busybox:1.36",
             cmds=["sh", "-c", "true"],
             get_logs=True,
-            unschedulable_grace_seconds=0,
-            **{"container_resources": requests(), "annotations": sim(), **operator_args},
+            **{
+                "unschedulable_grace_seconds": 0,
+                "container_resources": requests(),
+                "annotations": sim(),
+                **operator_args,
+            },
         )
     return dag
 
@@ -84,3 +88,35 @@ federated_dag("fed_bad_conflict", kubernetes_conn_id="k8s_east_cpu")
 federated_dag(
     "fed_bad_impossible", container_resources=requests("8", "8Gi", gpu=64), tolerations=GPU_TOLERATION
 )
+
+# The delivery contract when the pod's cluster stops answering (see test_contract.py). East-cpu is the
+# cheapest member: it is chosen first whenever it is allowed.
+for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_interval": 0.5})):
+    federated_dag(
+        f"fed_outage_{mode}",
+        clusters=["east-cpu"],
+        unreachable_grace=60,
+        unschedulable_grace_seconds=60,
+        annotations=sim(duration=40, logs=["work done"]),
+        **extra,
+    )
+    federated_dag(
+        f"fed_outage_lost_{mode}",
+        clusters=["east-cpu", "west-general"],
+        unreachable_grace=3,
+        annotations=sim(duration=600),
+        **extra,
+    )
+    federated_dag(
+        f"fed_outage_preemptible_{mode}",
+        clusters=["east-cpu", "west-general"],
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        annotations=sim(duration=40, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
+        **extra,
+    )
+
+# The smaller defects of issue 10.
+federated_dag("fed_cluster_selector", cluster_selector={"gpu": "true"})
+federated_dag("fed_hard_quota", namespace="etl", wait_timeout=600)
+federated_dag("fed_broken_member")

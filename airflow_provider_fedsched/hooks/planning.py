@@ -1,4 +1,8 @@
-"""Run-time glue between the operator, shared federation state and the pure plan and forecast models."""
+"""Planning at run time: the stored plan for a task's run, and the idle-capacity forecast.
+
+The planner (``plans/``) writes plans and fits forecast models through the hook; a task reads them here,
+through the same hook, so that plans stand on hooks and never on the operator.
+"""
 
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ def planned_decision(
     if logical_date is None:
         return None, "the run has no logical date"
     try:
-        plan = hook.state.get_plan(dag_id, task_id, logical_date)
+        plan = hook.state.plans.get(dag_id, task_id, logical_date)
     except ValueError as exc:
         return None, f"the stored plan is unreadable ({str(exc).splitlines()[0]})"
     if plan is None:
@@ -65,15 +69,16 @@ def fold_profiles(hook: FederationHook) -> dict[str, ForecastModel]:
     """Fold each cluster's new history into its stored seasonal profile (the raw history keeps only the
     newest samples); returns the fitted models. The planner calls this on every run."""
     models: dict[str, ForecastModel] = {}
+    forecasts = hook.state.forecasts
     for cluster in hook.spec.clusters:
-        profile = SeasonalProfile.from_dict(hook.state.get_forecast_profile(cluster.name))
+        profile = SeasonalProfile.from_dict(forecasts.get_profile(cluster.name))
         before = profile.folded_until
-        model = fit(parse_samples(hook.state.history(cluster.name, UTILIZATION)), profile)
+        model = fit(parse_samples(hook.state.history.samples(cluster.name, UTILIZATION)), profile)
         if profile.folded_until != before:
-            hook.state.put_forecast_profile(cluster.name, profile.to_dict())
+            forecasts.put_profile(cluster.name, profile.to_dict())
         if model is not None:
             models[cluster.name] = model
-    hook.state.put_forecast_models({name: model.to_dict() for name, model in models.items()})
+    forecasts.put_models({name: model.to_dict() for name, model in models.items()})
     return models
 
 
@@ -96,7 +101,7 @@ def forecast_idle(
     """Predicted idle fraction per cluster over ``[start, end)`` for ``resources``, from the models the
     planner last fitted (one read of shared state); None when there are none."""
     try:
-        stored = hook.state.get_forecast_models()
+        stored = hook.state.forecasts.get_models()
         models = {name: m for name, raw in stored.items() if (m := ForecastModel.from_dict(raw)) is not None}
         return idle_forecast(models, start, end, resources)
     except Exception:  # a bias must never fail a task: no forecast is neutral

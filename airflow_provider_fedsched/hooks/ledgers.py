@@ -1,0 +1,113 @@
+"""Reservations that hold across worker processes and hosts: the member cluster's own ledger.
+
+``FederationHook.place`` decides on shared state, then holds the request in the chosen cluster's ledger
+(``kube/ledger.py``, a Lease changed by compare-and-set), checking with the engine that the request still
+fits next to every placement the ledger holds. When it does not (other workers took the room since the
+snapshot), the cluster is left out and the decision made again. A cluster without a usable ledger falls
+back to the reservations in shared state (Variables: last writer wins), remembered for a while so that
+it is not asked on every placement.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_fedsched.kube.clients import shared_sync_client
+from airflow_provider_fedsched.kube.ledger import LedgerUnavailable, PlacementLedger
+from airflow_provider_fedsched.state import RESERVATION_TTL
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.request import TaskRequest
+    from airflow_provider_fedsched.federation.spec import PolicySpec
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+
+RETRY_UNAVAILABLE = 600.0
+"""Seconds before a cluster whose ledger was unavailable is asked again."""
+
+_unavailable: dict[tuple[str, str], float] = {}
+_guard = threading.Lock()
+
+
+def enabled() -> bool:
+    """``[fedsched] placement_ledger`` (default on)."""
+    from airflow.configuration import conf
+
+    return conf.getboolean("fedsched", "placement_ledger", fallback=True)
+
+
+def _ledger(hook: FederationHook, cluster: str) -> PlacementLedger | None:
+    if not enabled():
+        return None
+    key = (hook.spec.name, cluster)
+    with _guard:
+        if time.monotonic() < _unavailable.get(key, 0.0):
+            return None
+    access = hook.access(cluster)
+    return PlacementLedger(shared_sync_client(access), access.namespace, hook.spec.name)
+
+
+def _give_up(hook: FederationHook, cluster: str, exc: BaseException) -> None:
+    hook.log.warning(
+        "Cluster %s keeps no placement ledger (%s): reservations in shared state only", cluster, exc
+    )
+    with _guard:
+        _unavailable[(hook.spec.name, cluster)] = time.monotonic() + RETRY_UNAVAILABLE
+
+
+def hold(
+    hook: FederationHook, cluster: str, request: TaskRequest, placement_id: str, policy: PolicySpec | None
+) -> bool | None:
+    """True: held in the cluster's ledger; False: no room next to what the ledger holds; None: the
+    cluster has no usable ledger (shared state must do)."""
+    ledger = _ledger(hook, cluster)
+    if ledger is None:
+        return None
+    snapshot = hook.state.snapshots.newest([cluster]).get(cluster)
+    if snapshot is None:
+        return None
+    only_here = request.model_copy(update={"clusters": [cluster]})
+
+    def fits(held: dict[str, int]) -> bool:
+        from datetime import UTC, datetime
+
+        again = hook.engine.decide(
+            only_here, {cluster: snapshot}, now=datetime.now(UTC), reservations={cluster: held}, policy=policy
+        )
+        return again.outcome == "placed"
+
+    def landed(other: str, at: float) -> bool:
+        return other in snapshot.placements and snapshot.observed_at.timestamp() > at
+
+    try:
+        return ledger.reserve(
+            placement_id,
+            request.resources,
+            fits=fits,
+            landed=landed,
+            ttl=RESERVATION_TTL.total_seconds(),
+        )
+    except LedgerUnavailable as exc:
+        _give_up(hook, cluster, exc)
+    except Exception as exc:  # no answer: the placement proceeds on shared state, the create will tell
+        hook.log.warning("Placement ledger of %s not reached: %s", cluster, exc)
+    return None
+
+
+def release(hook: FederationHook, cluster: str, placement_id: str) -> None:
+    ledger = _ledger(hook, cluster)
+    if ledger is None:
+        return
+    try:
+        ledger.release(placement_id)
+    except LedgerUnavailable as exc:
+        _give_up(hook, cluster, exc)
+    except Exception as exc:  # its entry expires on its own (RESERVATION_TTL)
+        hook.log.debug("Placement ledger of %s not reached: %s", cluster, exc)
+
+
+def held(hook: FederationHook, cluster: str) -> dict[str, Any]:
+    """What the cluster's ledger holds now (for tests and the benchmark)."""
+    ledger = _ledger(hook, cluster)
+    return {} if ledger is None else {pid: e.requests for pid, e in ledger.held().items()}

@@ -1,0 +1,148 @@
+"""Sensing: each member's snapshot collected on its own schedule and shared, refreshed single-flight.
+
+For each stale cluster one worker (the lease holder) refreshes it while the others wait briefly for the
+fresh snapshot in shared state; if it does not come, the stale one is returned and the engine's
+freshness filter marks the cluster unavailable. A snapshot a worker could not judge (it was starved of
+CPU) is never shared: it would blind every other worker for a whole TTL.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
+from airflow_provider_fedsched.kube.access import ClusterAccess, ClusterAccessError
+from airflow_provider_fedsched.kube.snapshots import collect_snapshots, delete_pods, self_inflicted
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+
+# One lock per (federation, cluster) and process: the in-process half of single-flight refresh.
+_refresh_locks: dict[tuple[str, str], threading.Lock] = {}
+_refresh_locks_guard = threading.Lock()
+
+
+def _refresh_lock(federation: str, cluster: str) -> threading.Lock:
+    with _refresh_locks_guard:
+        return _refresh_locks.setdefault((federation, cluster), threading.Lock())
+
+
+async def acollect(hook: FederationHook, clusters: Iterable[str] | None) -> dict[str, ClusterSnapshot]:
+    """Collect fresh snapshots now (concurrently), delete the orphans of those that answer, and store
+    them in shared state with a utilization sample each."""
+    names = list(clusters) if clusters is not None else [c.name for c in hook.spec.clusters]
+    reachable: list[ClusterAccess] = []
+    results: dict[str, ClusterSnapshot] = {}
+    for name in names:
+        try:
+            reachable.append(hook.access(name))
+        except ClusterAccessError as exc:
+            reason = exc.problem + (f" (connection {exc.conn_id!r})" if exc.conn_id else "")
+            results[name] = ClusterSnapshot(
+                cluster=name, observed_at=datetime.now(UTC), reachable=False, reason=reason
+            )
+    limits: dict[str, dict[str, Any]] = {}
+    results.update(await collect_snapshots(reachable, hook.snapshot_timeout, limits))
+    for cluster, found_limits in limits.items():
+        hook.state.quota_limits.put(cluster, found_limits)
+    for access in reachable:
+        found = results.get(access.cluster)
+        orphans = hook.state.orphans.of(access.cluster) if found is not None and found.reachable else []
+        for namespace, pod in await delete_pods(access, orphans, hook.snapshot_timeout) if orphans else []:
+            hook.state.orphans.forget(access.cluster, namespace, pod)
+    shared = [snapshot for snapshot in results.values() if not self_inflicted(snapshot)]
+    hook.state.snapshots.put(shared)
+    for snapshot in shared:
+        if snapshot.reachable:
+            hook.state.history.append(snapshot.cluster, "utilization", _utilization_sample(snapshot))
+    return results
+
+
+def snapshots(
+    hook: FederationHook, clusters: Iterable[str] | None, now: datetime | None
+) -> dict[str, ClusterSnapshot]:
+    """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight."""
+    names = list(clusters) if clusters is not None else [c.name for c in hook.spec.clusters]
+    ttl = hook.spec.policy.snapshot_ttl_seconds
+    now = now or datetime.now(UTC)
+    found = hook.state.snapshots.newest(names)
+    stale = [n for n in names if n not in found or _age(found[n], now) > ttl / 2]
+    if not stale:
+        return found
+    owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+    lease_ttl = timedelta(seconds=_lease_seconds(hook))
+    locks: list[threading.Lock] = []
+    candidates: list[str] = []
+    mine: list[str] = []
+    for name in stale:
+        lock = _refresh_lock(hook.spec.name, name)
+        if not lock.acquire(blocking=False):
+            continue  # another thread of this process is refreshing it
+        locks.append(lock)
+        candidates.append(name)
+    try:
+        mine = hook.state.leases.claim(candidates, owner, now, lease_ttl) if candidates else []
+        # A worker that refreshed just before our claim has left a fresh snapshot: use it.
+        current = hook.state.snapshots.newest(mine) if mine else {}
+        fresh = {n: s for n, s in current.items() if _age(s, datetime.now(UTC)) <= ttl / 2}
+        found.update(fresh)
+        if to_refresh := [n for n in mine if n not in fresh]:
+            found.update(hook.collect(to_refresh))
+    finally:
+        for name in mine:
+            hook.state.leases.end(name, owner)
+        for lock in locks:
+            lock.release()
+    waiting = [n for n in stale if n not in mine]
+    if waiting:
+        found.update(_await_refresh(hook, waiting, now))
+    return found
+
+
+def _await_refresh(hook: FederationHook, clusters: list[str], since: datetime) -> dict[str, ClusterSnapshot]:
+    """Wait (polling shared state) for another worker's refresh of ``clusters`` after ``since``."""
+    deadline = time.monotonic() + _lease_seconds(hook)
+    result: dict[str, ClusterSnapshot] = {}
+    pending = list(clusters)
+    while pending and time.monotonic() < deadline:
+        for name, snapshot in hook.state.snapshots.newest(pending).items():
+            if snapshot.observed_at >= since - timedelta(seconds=1):
+                result[name] = snapshot
+                pending.remove(name)
+        if pending:
+            time.sleep(0.05)
+    if pending:
+        # The lease holder did not deliver in time (a starved or dead worker): never stay blind.
+        result.update(hook.collect(pending))
+    return result
+
+
+def _lease_seconds(hook: FederationHook) -> float:
+    """How long a refresh lease holds, and how long the others wait for its snapshot: the snapshot's own
+    timeout twice, plus room for a worker that is slow to start (a fresh process, a busy machine)."""
+    return hook.snapshot_timeout * 2 + 10
+
+
+def _age(snapshot: ClusterSnapshot, now: datetime) -> float:
+    return (now - snapshot.observed_at).total_seconds()
+
+
+def _utilization_sample(snapshot: ClusterSnapshot) -> dict[str, Any]:
+    allocatable: dict[str, int] = {}
+    requested: dict[str, int] = {}
+    for node in snapshot.nodes:
+        if not node.schedulable:
+            continue
+        for name, amount in node.allocatable.items():
+            allocatable[name] = allocatable.get(name, 0) + amount
+            requested[name] = requested.get(name, 0) + node.requested.get(name, 0)
+    return {
+        "at": snapshot.observed_at.isoformat(),
+        "used_fraction": {n: requested[n] / a for n, a in allocatable.items() if a},
+    }

@@ -1,0 +1,335 @@
+"""Pod I/O in one member cluster: observe, create, find, and remove-and-confirm (the one deletion path).
+
+:class:`FederatedPodManager` is the cncf.kubernetes ``PodManager`` the operator runs with, so that every pod
+read of KubernetesPodOperator's own flow (start-up, log following, completion) goes through
+:meth:`FederatedPodManager.read_pod`: a single bounded call that keeps the delivery contract while a
+cluster or a node stops answering (see :class:`Watch`). The async functions below serve the triggerer and
+the snapshot refresh (orphans) with the same rules: a 404 means gone (:func:`is_gone`), a delete is only
+done once it is confirmed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
+from kubernetes.client import models as k8s
+
+from airflow_provider_fedsched.kube.failures import ClusterFailure, is_connection_error, node_not_ready
+from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TASK_LABEL
+
+LOG_READ_TIMEOUT = 60.0
+"""Seconds a log stream may stay silent before it is reopened (and the pod read again)."""
+CONFIRM_INTERVAL = 0.5
+"""Seconds between reads while confirming a deletion or watching a pod start."""
+
+
+def is_gone(exc: BaseException) -> bool:
+    """The one 404 rule: the object does not exist (sync and async clients alike)."""
+    return getattr(exc, "status", None) == 404
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """The API's JSON shape of a client model (what :mod:`.failures` reads)."""
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return obj
+    import kubernetes
+
+    return kubernetes.client.ApiClient().sanitize_for_serialization(obj) or {}
+
+
+@dataclass
+class Observation:
+    """A fresh read of one pod: the pod (None when it does not exist), its events, its node's readiness."""
+
+    pod: dict[str, Any] | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    node_ready: bool | None = None
+    error: BaseException | None = None
+    """Set when the cluster did not answer: then nothing else is known."""
+
+    @property
+    def answered(self) -> bool:
+        return self.error is None
+
+    @property
+    def phase(self) -> str | None:
+        return ((self.pod or {}).get("status") or {}).get("phase")
+
+
+class ClusterLost(Exception):
+    """The pod's cluster or node stopped answering for longer than the task may wait (or at all, for a
+    preemptible task): carries the failure to record."""
+
+    def __init__(self, failure: ClusterFailure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+@dataclass
+class Watch:
+    """How long one attempt may go without an answer about its pod.
+
+    ``grace`` is the task's ``unreachable_grace`` (0 for a preemptible task: it moves at once). Within
+    it, a read that gets no answer is tried again until one comes (the attempt reattaches to its pod);
+    past it, :class:`ClusterLost` ends the attempt. The same holds for a pod whose node is NotReady.
+    """
+
+    grace: float
+    unanswered_since: float | None = None
+    node_unready_since: float | None = None
+    last_pod: Any = None
+    last_error: BaseException | None = None
+    """The last known pod and the last error without an answer (for the record's reason)."""
+    gave_up: bool = False
+    """The grace ran out once: later reads in this attempt (cleanup) do not wait it out again."""
+
+    def reset(self, grace: float) -> None:
+        """A new attempt (or a new look at one): nothing seen yet."""
+        self.grace = grace
+        self.unanswered_since = self.node_unready_since = None
+        self.last_pod = self.last_error = None
+        self.gave_up = False
+
+    def answered(self) -> None:
+        self.unanswered_since = None
+        self.last_error = None
+
+    def unanswered(self, error: BaseException) -> float:
+        """Seconds without an answer, this one included."""
+        now = time.monotonic()
+        self.unanswered_since = self.unanswered_since or now
+        self.last_error = error
+        return now - self.unanswered_since
+
+    def node(self, ready: bool | None) -> float:
+        """Seconds the pod's node has not been Ready (0 while it is)."""
+        if ready is not False:
+            self.node_unready_since = None
+            return 0.0
+        now = time.monotonic()
+        self.node_unready_since = self.node_unready_since or now
+        return now - self.node_unready_since
+
+
+class FederatedPodManager(PodManager):
+    """A PodManager for one member cluster whose reads are bounded and keep the attempt's :class:`Watch`."""
+
+    def __init__(
+        self,
+        kube_client: Any,
+        callbacks: Any = None,
+        *,
+        cluster: str,
+        server: str,
+        watch: Watch | None = None,
+        describe: Any = None,
+    ) -> None:
+        super().__init__(kube_client=kube_client, callbacks=callbacks or [])
+        self.cluster = cluster
+        self.server = server
+        self.watch = watch or Watch(grace=0.0)
+        self._describe = describe  # (exc) -> human reason naming the server
+        self.removed: set[tuple[str, str]] = set()
+        """Pods this manager deleted (a later 404 is ours, not a vanished pod)."""
+
+    # Reads -------------------------------------------------------------------------------------------
+    def observe(self, namespace: str, name: str, *, events: bool = True, node: bool = False) -> Observation:
+        """Read the pod now (and its events, and its node's readiness); never raises."""
+        try:
+            pod = as_dict(self._client.read_namespaced_pod(name, namespace))
+        except Exception as exc:
+            if not is_gone(exc):
+                return Observation(pod=None, error=exc)
+            pod = None
+        found = Observation(pod=pod)
+        if events:
+            try:
+                listed = self._client.list_namespaced_event(
+                    namespace, field_selector=f"involvedObject.name={name}"
+                )
+                found.events = [as_dict(e) for e in listed.items]
+            except Exception:
+                found.events = []
+        node_name = ((pod or {}).get("spec") or {}).get("nodeName")
+        if node and node_name:
+            found.node_ready = self._node_ready(str(node_name))
+        return found
+
+    def _node_ready(self, node_name: str) -> bool | None:
+        try:
+            return not node_not_ready(as_dict(self._client.read_node(node_name)))
+        except Exception:
+            return None  # no permission or no answer: the pod's own status must do
+
+    def read_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
+        """One bounded read; while the cluster does not answer, read again until it does (reattach) or
+        the watch's grace runs out (:class:`ClusterLost`). KubernetesPodOperator's own loops (start-up,
+        logs, completion) all read through here."""
+        name, namespace = pod.metadata.name, pod.metadata.namespace
+        noted = 0.0
+        while True:
+            try:
+                remote = self._client.read_namespaced_pod(name, namespace)
+                break
+            except Exception as exc:
+                if is_gone(exc) or not unanswered(exc):
+                    raise
+                waited = self.watch.unanswered(exc)
+                if waited >= self.watch.grace or self.watch.gave_up:
+                    self.watch.gave_up = True
+                    raise ClusterLost(self.unreachable(exc, waited)) from exc
+                if waited - noted >= 10 or not noted:
+                    noted = waited or 0.001
+                    self.log.warning(
+                        "Cluster %s does not answer about pod %s (%.0fs, waiting up to %.0fs): %s",
+                        self.cluster,
+                        name,
+                        waited,
+                        self.watch.grace,
+                        self.reason(exc),
+                    )
+                time.sleep(min(2.0, max(0.05, self.watch.grace - waited)))
+        if self.watch.unanswered_since is not None:
+            self.log.info("Cluster %s answers again: reattached to pod %s", self.cluster, name)
+        self.watch.answered()
+        self.watch.last_pod = remote
+        self._check_node(remote)
+        return remote
+
+    def _check_node(self, remote: k8s.V1Pod) -> None:
+        """A running pod whose node stopped reporting is waited for within the grace, then given up."""
+        status = remote.status
+        node_name = remote.spec.node_name if remote.spec else None
+        if status is None or status.phase not in ("Running", "Pending") or not node_name:
+            return
+        ready = next((c for c in status.conditions or [] if c.type == "Ready"), None)
+        if ready is None or ready.status == "True":
+            self.watch.node(True)
+            return
+        unready_for = self.watch.node(self._node_ready(node_name))
+        if unready_for >= self.watch.grace and self.watch.node_unready_since is not None:
+            self.watch.gave_up = True
+            raise ClusterLost(
+                ClusterFailure(
+                    "unreachable",
+                    f"node {node_name} of {self.cluster} is NotReady: no word of pod "
+                    f"{remote.metadata.name} for {unready_for:.0f}s",
+                )
+            )
+
+    def find(self, task: str, namespaces: Iterable[str] = ()) -> list[k8s.V1Pod]:
+        """Every pod of the task instance ``task`` (a :func:`task_digest`) here, whatever its other
+        labels; in ``namespaces`` when given, else in all."""
+        selector = f"{TASK_LABEL}={task}"
+        wanted = sorted(set(namespaces))
+        if not wanted:
+            return list(self._client.list_pod_for_all_namespaces(label_selector=selector).items)
+        found: list[k8s.V1Pod] = []
+        for namespace in wanted:
+            found.extend(self._client.list_namespaced_pod(namespace, label_selector=selector).items)
+        return found
+
+    def read_pod_logs(self, pod: k8s.V1Pod, container_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Log streams get a bounded read timeout too: a silent, dead connection is given up within
+        :data:`LOG_READ_TIMEOUT` (KubernetesPodOperator then reads the pod, which waits within the grace)."""
+        connect, read = kwargs.get("_request_timeout") or (None, None)
+        kwargs["_request_timeout"] = (
+            min(connect or 30.0, 30.0),
+            min(read or LOG_READ_TIMEOUT, LOG_READ_TIMEOUT),
+        )
+        return super().read_pod_logs(pod, container_name, *args, **kwargs)
+
+    # Writes ------------------------------------------------------------------------------------------
+    def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
+        """Create once: a create that timed out may still have landed, so a 409 for the same placement
+        is that pod (never a second one)."""
+        try:
+            return self.run_pod_async(pod)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 409:
+                raise
+            existing = self._client.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+            mine = (pod.metadata.labels or {}).get(PLACEMENT_LABEL)
+            if mine and (existing.metadata.labels or {}).get(PLACEMENT_LABEL) == mine:
+                return existing
+            raise
+
+    def delete_pod(self, pod: k8s.V1Pod) -> None:
+        """KubernetesPodOperator's cleanup deletes through the one deletion path too."""
+        self.remove(pod.metadata.namespace, pod.metadata.name, within=0.0)
+
+    def remove(self, namespace: str, name: str, *, within: float) -> bool:
+        """Delete the pod (no grace period: it must never start later) and confirm it is gone within
+        ``within`` seconds; True once confirmed (a 404 counts)."""
+        deadline = time.monotonic() + within
+        deleted = False
+        self.removed.add((namespace, name))
+        while True:
+            try:
+                if not deleted:
+                    self._client.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                    deleted = True
+                self._client.read_namespaced_pod(name, namespace)
+            except Exception as exc:
+                if is_gone(exc):
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(CONFIRM_INTERVAL)
+
+    # Reasons -----------------------------------------------------------------------------------------
+    def reason(self, exc: BaseException) -> str:
+        return self._describe(exc) if self._describe is not None else f"{type(exc).__name__} at {self.server}"
+
+    def unreachable(self, exc: BaseException, waited: float) -> ClusterFailure:
+        held = f" for {waited:.0f}s" if waited >= 1 else ""
+        return ClusterFailure("unreachable", f"{self.reason(exc)}{held}")
+
+
+def unanswered(exc: BaseException) -> bool:
+    """No answer from the cluster (connection refused, reset, timeout) or a 5xx from its API server."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and status >= 500:
+        return True
+    return is_connection_error(exc)
+
+
+# Async (triggerer, snapshot refresh) ------------------------------------------------------------------
+async def aremove(api: Any, namespace: str, name: str, *, within: float) -> bool:
+    """:meth:`FederatedPodManager.remove` for a ``kubernetes_asyncio`` CoreV1Api."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    deleted = False
+    while True:
+        try:
+            if not deleted:
+                await api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                deleted = True
+            await api.read_namespaced_pod(name, namespace)
+        except Exception as exc:
+            if is_gone(exc):
+                return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(CONFIRM_INTERVAL)
+
+
+async def aremove_all(api: Any, pods: Iterable[tuple[str, str]], *, within: float) -> list[tuple[str, str]]:
+    """Remove ``(namespace, name)`` pods; return those confirmed gone."""
+    gone = []
+    for namespace, name in pods:
+        if await aremove(api, namespace, name, within=within):
+            gone.append((namespace, name))
+    return gone
+
+
+def pod_labels(pod: Mapping[str, Any] | None) -> dict[str, str]:
+    return dict(((pod or {}).get("metadata") or {}).get("labels") or {})

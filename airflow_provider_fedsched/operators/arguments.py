@@ -1,0 +1,176 @@
+"""Checks of the operator's federation arguments: a clear error naming the argument, before anything is
+reserved or created."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import kubernetes
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk.exceptions import AirflowException
+from kubernetes.client import models as k8s
+
+from airflow_provider_fedsched.federation.request import TaskRequest
+from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
+from airflow_provider_fedsched.kube.access import ClusterAccessError
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+
+CONFLICTING = ("kubernetes_conn_id", "cluster_context", "config_file", "in_cluster")
+"""KubernetesPodOperator arguments that pick a cluster: the federation does that."""
+
+
+class FederationError(AirflowException):
+    """Bad federation input, or no cluster could run the task: the try fails with this message."""
+
+
+def seconds(value: timedelta | float | int | None, argument: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, timedelta | float | int):
+        raise FederationError(f"{argument} must be a number of seconds or a timedelta (got {value!r})")
+    amount = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if amount < 0:
+        raise FederationError(f"{argument} must not be negative (got {value!r})")
+    return amount
+
+
+def check_arguments(
+    spec: FederationSpec,
+    *,
+    conflicting: Sequence[str],
+    max_cluster_attempts: int,
+    durations: Mapping[str, Any],
+    clusters: Sequence[str] | None,
+    datasets: Sequence[str],
+    prefer_region: str | None,
+    prefer_group: str | None,
+    cluster_selector: Mapping[str, Any],
+    policy: Mapping[str, Any],
+) -> PolicySpec:
+    """Every federation argument against ``spec``; returns the task's effective policy."""
+    if conflicting:
+        raise FederationError(
+            f"argument(s) {', '.join(conflicting)} conflict with federation placement: the federation "
+            "chooses the cluster and its connection; restrict members with clusters=[...]"
+        )
+    if max_cluster_attempts < 1:
+        raise FederationError(f"max_cluster_attempts must be at least 1 (got {max_cluster_attempts})")
+    for name, value in durations.items():
+        seconds(value, name)
+    known = {c.name for c in spec.clusters}
+    if clusters is not None:
+        if not clusters:
+            raise FederationError("clusters: the cluster subset is empty; name at least one member")
+        unknown = sorted(set(clusters) - known)
+        if unknown:
+            raise FederationError(f"clusters: unknown cluster(s) {unknown} (members: {sorted(known)})")
+    names = {d.name for d in spec.datasets}
+    unknown_datasets = sorted(set(datasets) - names)
+    if unknown_datasets:
+        raise FederationError(f"datasets: unknown dataset(s) {unknown_datasets} (known: {sorted(names)})")
+    regions = spec.known_regions()
+    if prefer_region is not None and prefer_region not in regions:
+        raise FederationError(f"prefer_region: unknown region {prefer_region!r} (known: {sorted(regions)})")
+    groups = {c.proximity_group for c in spec.clusters}
+    if prefer_group is not None and prefer_group not in groups:
+        raise FederationError(f"prefer_group: unknown group {prefer_group!r} (known: {sorted(groups)})")
+    for key, value in cluster_selector.items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key:
+            raise FederationError(f"cluster_selector: labels are strings (got {key!r}: {value!r})")
+    try:
+        return spec.policy.merged(dict(policy))
+    except SpecError as exc:
+        raise FederationError(f"policy: {exc}") from None
+
+
+class Arguments(KubernetesPodOperator):
+    """The operator's validation steps (a base of FederatedKubernetesOperator)."""
+
+    if TYPE_CHECKING:  # provided by FederatedKubernetesOperator
+
+        @property
+        def federation_hook(self) -> FederationHook: ...
+
+        policy_spec: PolicySpec
+        _conflicting_arguments: list[str]
+        max_cluster_attempts: int
+        unschedulable_grace_seconds: float
+        unreachable_grace: timedelta | float
+        wait_timeout: timedelta | float
+        expected_duration: timedelta | float | None
+        clusters: list[str] | None
+        datasets: list[str]
+        prefer_region: str | None
+        prefer_group: str | None
+        cluster_selector: dict[str, str]
+        policy: dict[str, Any]
+        preemptible: bool
+
+        def use_cluster(self, cluster: str, hook: FederationHook | None = None) -> None: ...
+
+    def placement_request(self, hook: FederationHook) -> tuple[TaskRequest, PolicySpec]:
+        """The validated placement request and effective policy against ``hook``'s federation (the
+        planner's entry point: no task context)."""
+        _, request = self.prepare(None, hook)
+        return request, self.policy_spec
+
+    def prepare(
+        self, context: Any = None, hook: FederationHook | None = None
+    ) -> tuple[k8s.V1Pod, TaskRequest]:
+        """Check the federation arguments and build the pod once; fail the try naming the argument."""
+        hook = hook or self.federation_hook
+        try:
+            spec = hook.spec
+        except SpecError as exc:
+            raise FederationError(f"federation: the spec cannot be loaded: {exc}") from None
+        self.policy_spec = check_arguments(
+            spec,
+            conflicting=self._conflicting_arguments,
+            max_cluster_attempts=self.max_cluster_attempts,
+            durations={
+                "unschedulable_grace_seconds": self.unschedulable_grace_seconds,
+                "unreachable_grace": self.unreachable_grace,
+                "wait_timeout": self.wait_timeout,
+                "expected_duration": self.expected_duration,
+            },
+            clusters=self.clusters,
+            datasets=self.datasets,
+            prefer_region=self.prefer_region,
+            prefer_group=self.prefer_group,
+            cluster_selector=self.cluster_selector,
+            policy=self.policy,
+        )
+        # The pod template reads connection extras (namespace, sidecar): any member that resolves will
+        # do, so a broken member never fails a task the others can run (the decision says why it is out).
+        members = self.clusters or [c.name for c in spec.clusters]
+        problems = []
+        for member in members:
+            try:
+                self.use_cluster(member, hook)
+                break
+            except ClusterAccessError as exc:
+                problems.append(str(exc))
+        else:
+            raise FederationError("no member cluster can be reached: " + "; ".join(problems))
+        pod = self.build_pod_request_obj(context, dry_run=True)
+        pod_spec = kubernetes.client.ApiClient().sanitize_for_serialization(pod)["spec"]
+        expected = seconds(self.expected_duration, "expected_duration")
+        try:
+            request = TaskRequest.from_pod_spec(
+                pod_spec,
+                datasets=self.datasets,
+                prefer_region=self.prefer_region,
+                prefer_group=self.prefer_group,
+                clusters=self.clusters,
+                cluster_selector=self.cluster_selector,
+                namespace=pod.metadata.namespace or "default",
+                expected_duration_seconds=expected if expected is not None else 3600.0,
+                preemptible=self.preemptible,
+            )
+        except SpecError as exc:
+            raise FederationError(f"pod resources: {exc}") from None
+        return pod, request

@@ -1,0 +1,329 @@
+"""The delivery contract of one try (docs/operator.md): how an attempt is judged and what follows.
+
+* A new try first adopts a pod an earlier try of the same task instance left running or finished, in any
+  member cluster, whatever labels it carries; a finished pod's result is never produced a second time.
+* An attempt is judged from a fresh read of its pod and its events (:func:`kube.failures.classify`),
+  never from a stale state or a timer alone.
+* A cluster that cannot take the pod (quota, unschedulable, eviction, missing namespace) is left: the pod
+  is deleted and confirmed gone first, then the next decision is made within the try.
+* A cluster (or node) that stops answering is waited for up to ``unreachable_grace`` (the pod manager's
+  reads wait and reattach); past it a task that is not preemptible fails the try rather than start its
+  work a second time, and its pod is deleted when the cluster answers again. A preemptible task moves at
+  once and its old pod is fenced the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.providers.cncf.kubernetes.utils.pod_manager import (
+    detect_pod_terminate_early_issues,
+)
+
+from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
+from airflow_provider_fedsched.kube.failures import (
+    ClusterFailure,
+    chain,
+    classify,
+    disruption,
+    scheduled,
+    unschedulable_message,
+)
+from airflow_provider_fedsched.kube.pods import CONFIRM_INTERVAL, ClusterLost, Observation, as_dict
+from airflow_provider_fedsched.operators import attempts, records
+from airflow_provider_fedsched.operators.arguments import FederationError
+
+if TYPE_CHECKING:
+    from kubernetes.client import models as k8s
+
+    from airflow_provider_fedsched.federation.request import TaskRequest
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.kube.pods import FederatedPodManager, Watch
+
+GONE_TIMEOUT = 60.0
+"""Seconds to confirm that a left cluster's pod is gone before the next cluster is tried."""
+
+
+class ClusterLeft(Exception):
+    """Internal: the current cluster cannot run the pod; the next decision follows within the try."""
+
+    def __init__(self, failure: ClusterFailure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+class Judged(Exception):
+    """Internal: the attempt was judged from a fresh read of its pod: the cluster's failure it carries."""
+
+    def __init__(self, failure: ClusterFailure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+class Contract(KubernetesPodOperator):
+    """The operator's judging and bookkeeping steps (a base of FederatedKubernetesOperator)."""
+
+    if TYPE_CHECKING:  # provided by FederatedKubernetesOperator
+
+        @property
+        def federation_hook(self) -> FederationHook: ...
+
+        placement: PlacementRecord | None
+        pod_template: k8s.V1Pod
+        task_request: TaskRequest
+        preemptible: bool
+        checkpoint: str | None
+        unschedulable_grace_seconds: float
+        _records: records.RecordKeeper
+        _watch: Watch
+        _created: bool | None
+        _settled: bool
+        _inline_result: Any
+        _earlier: PlacementRecord | None
+
+        @property
+        def pod_manager(self) -> FederatedPodManager: ...
+
+        def use_cluster(self, cluster: str, hook: FederationHook | None = None) -> None: ...
+
+        def _grace(self) -> float: ...
+
+        def _run_attempt(self, context: Any, attempt: Attempt) -> Any: ...
+
+        def _place_and_run(self, context: Any) -> Any: ...
+
+    # Where a try resumes -------------------------------------------------------------------------------
+    def _continue(self, context: Any) -> Any:
+        """Reattach to this try's running attempt, or adopt an earlier try's pod; then place."""
+        attempt = self._record.current
+        if attempt is None or attempt.outcome != "running":
+            attempt = self._adopt_earlier(context)
+        if attempt is not None:
+            self.log.info(
+                "Reattaching to pod %s/%s in cluster %s", attempt.namespace, attempt.pod, attempt.cluster
+            )
+            try:
+                return self._run_attempt(context, attempt)
+            except ClusterLeft:
+                pass  # evicted or gone while no worker watched: place again
+        return self._place_and_run(context)
+
+    def _adopt_earlier(self, context: Any) -> Attempt | None:
+        """An earlier try's pod of this task instance, running or finished, in any member cluster.
+
+        Only a retry (or a try whose record survived) can have one. The earlier record says where its
+        last pod ran: that cluster is waited for within the grace; the others are asked once."""
+        record, earlier = self._record, self._earlier
+        if record.try_number <= 1 and earlier is None:
+            return None
+        digest = attempts.record_digest(record)
+        members = self.task_request.clusters or [c.name for c in self.federation_hook.spec.clusters]
+        last = earlier.current if earlier is not None else None
+        found: list[tuple[str, Any]] = []
+        for cluster in members:
+            where_it_ran = last is not None and last.cluster == cluster
+            deadline = time.monotonic() + (self._grace() if where_it_ran else 0.0)
+            while True:
+                try:
+                    self.use_cluster(cluster)
+                    found.extend((cluster, pod) for pod in self.pod_manager.find(digest))
+                    break
+                except Exception as exc:
+                    if time.monotonic() < deadline:
+                        time.sleep(2.0)
+                        continue
+                    if where_it_ran and not self.preemptible:
+                        raise self._give_up(
+                            context,
+                            f"the earlier try's pod may still run in {cluster}, which does not answer: "
+                            f"{self.pod_manager.reason(exc)}",
+                        ) from exc
+                    self.log.warning("Could not look for earlier pods in %s: %s", cluster, exc)
+                    break
+        chosen, others = attempts.pick_adoptable(found)
+        for cluster, pod in others:
+            self.use_cluster(cluster)
+            metadata = pod.metadata
+            self.log.info(
+                "Deleting pod %s/%s of an earlier try (it ended)", metadata.namespace, metadata.name
+            )
+            if not self.pod_manager.remove(metadata.namespace, metadata.name, within=GONE_TIMEOUT):
+                self.federation_hook.add_orphan(cluster, metadata.namespace, metadata.name)
+        if chosen is None:
+            return None
+        attempt = attempts.adopted_attempt(record, *chosen)
+        record.attempts.append(attempt)
+        record.cluster, record.outcome = attempt.cluster, "running"
+        self._save(context)
+        self.log.info(
+            "Adopting pod %s/%s in %s: %s", attempt.namespace, attempt.pod, attempt.cluster, attempt.decision
+        )
+        return attempt
+
+    # Start-up (sync) -------------------------------------------------------------------------------------
+    def await_pod_start(self, pod: k8s.V1Pod) -> None:
+        """Watch the pod until it runs; an Unschedulable pod past the grace period moves the task.
+
+        Polls faster than KubernetesPodOperator does (failover should take seconds), then hands over to
+        it for its own start-up checks once the pod runs, fails early, or exceeds its timeouts."""
+        grace = float(self.unschedulable_grace_seconds)
+        started = time.monotonic()
+        scheduled_at: float | None = None
+        first_unschedulable: float | None = None
+        while True:
+            remote_pod = self.pod_manager.read_pod(pod)
+            remote = as_dict(remote_pod)
+            found = disruption(remote)
+            if found is not None:
+                raise Judged(found)
+            if (remote.get("status") or {}).get("phase") not in (None, "Pending", "Unknown"):
+                break
+            now = time.monotonic()
+            if scheduled(remote):
+                scheduled_at = scheduled_at or now
+                if (
+                    detect_pod_terminate_early_issues(remote_pod)
+                    or now - scheduled_at >= self.startup_timeout_seconds
+                ):
+                    break
+            elif unschedulable_message(remote) is not None:
+                first_unschedulable = first_unschedulable or now
+                if now - first_unschedulable >= grace:
+                    raise Judged(
+                        ClusterFailure("insufficient", f"unschedulable: {unschedulable_message(remote)}")
+                    )
+            elif now - started >= self.schedule_timeout_seconds:
+                reason = f"not scheduled within {self.schedule_timeout_seconds}s"
+                raise Judged(ClusterFailure("insufficient", reason))
+            time.sleep(CONFIRM_INTERVAL)
+        KubernetesPodOperator.await_pod_start(self, pod)
+        attempt = self._record.current
+        if attempt is not None:
+            attempt.running_at = datetime.now(UTC)
+
+    # How an attempt ended ----------------------------------------------------------------------------
+    def _judge(self, attempt: Attempt, exc: BaseException) -> ClusterFailure | None:
+        """The cluster's failure, or None for the task's own: from a fresh read of the pod and events
+        (or the read that already judged it: an unschedulable pod, an answer that never came)."""
+        judged = next((e for e in chain(exc) if isinstance(e, ClusterLost | ClusterLeft | Judged)), None)
+        if judged is not None:
+            return judged.failure
+        seen = self._observe(attempt)
+        if not seen.answered:
+            return ClusterFailure("unreachable", self.pod_manager.reason(seen.error))  # type: ignore[arg-type]
+        if (
+            seen.pod is None
+            and self._created
+            and (attempt.namespace, attempt.pod) not in self.pod_manager.removed
+        ):
+            # Gone before it ended: evicted by the cluster, or deleted by someone; its fate is unknown.
+            found = classify([exc], None, seen.events, server=self.pod_manager.server)
+            return found or ClusterFailure("unreachable", f"pod {attempt.pod} disappeared before it ended")
+        known = seen.pod if seen.pod is not None else as_dict(self.remote_pod or self.pod) or None
+        return classify([exc], known, seen.events, server=self.pod_manager.server)
+
+    def _observe(self, attempt: Attempt) -> Observation:
+        """A fresh read of the attempt's pod and events, waiting within the grace for an answer."""
+        deadline = time.monotonic() + self._watch.grace
+        while True:
+            seen = self.pod_manager.observe(attempt.namespace, attempt.pod)
+            if seen.answered or time.monotonic() >= deadline:
+                return seen
+            time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
+
+    def _after_failure(self, context: Any, attempt: Attempt, exc: BaseException) -> BaseException:
+        """Record how the attempt ended; return what to raise: the task's own error, a FederationError
+        when the try must fail, or ClusterLeft after the pod is gone and the cluster left."""
+        failure = self._judge(attempt, exc)
+        if failure is None:
+            self._finish(context, attempt, "failed", _short(exc))
+            return exc
+        attempt.failed_at = attempt.failed_at or self._failed_at()
+        self.log.warning(
+            "Attempt %d in %s ended: %s (%s)", attempt.number, attempt.cluster, failure.kind, failure.reason
+        )
+        if failure.kind == "unreachable" and self._created is not False:
+            # The pod may still run: fence it; only a preemptible task may start its work elsewhere.
+            gone = self.pod_manager.remove(attempt.namespace, attempt.pod, within=0.0)
+            if not gone:
+                self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+            if not self.preemptible:
+                reason = (
+                    f"{failure.reason}; the pod may still run there, so the work is not started elsewhere "
+                    f"(unreachable_grace {self._grace():g}s); "
+                    + ("its pod was deleted" if gone else "its pod is deleted when the cluster answers again")
+                )
+                self._finish(context, attempt, "lost", reason)
+                return FederationError(reason)
+        elif not self.pod_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT):
+            self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+            if not self.preemptible:
+                reason = f"{failure.reason}; the pod is not confirmed gone: the work is not started elsewhere"
+                self._finish(context, attempt, "lost", reason)
+                return FederationError(reason)
+        self._leave(context, attempt, failure)
+        return ClusterLeft(failure)
+
+    def _failed_at(self) -> datetime:
+        """When the failure was first seen: the first call without an answer, if there was one."""
+        since = self._watch.unanswered_since or self._watch.node_unready_since
+        now = datetime.now(UTC)
+        return now - timedelta(seconds=time.monotonic() - since) if since is not None else now
+
+    def _leave(self, context: Any, attempt: Attempt, failure: ClusterFailure) -> None:
+        """Cool the cluster (or namespace) down as far as the failure says, and leave it for this try."""
+        record = self._record
+        records.end_attempt(self.federation_hook, record, attempt, failure.kind, failure.reason)
+        if failure.kind != "evicted":  # an eviction is about one pod or node, not the cluster
+            self.federation_hook.cool_down(
+                attempt.cluster,
+                f"{failure.kind}: {failure.reason}",
+                namespace=attempt.namespace if failure.namespace_only else None,
+            )
+        target = record.impossible if failure.permanent else record.excluded
+        target[attempt.cluster] = records.short(f"{failure.kind}: {failure.reason}")
+        record.excluded_at[attempt.cluster] = datetime.now(UTC)
+        self._save(context)
+
+    def _cancel(self) -> None:
+        """The task was ended (UI, API, timeout): delete the pod where it runs and record it."""
+        self._killed = True
+        attempt = self.placement.current if self.placement else None
+        if attempt is None or attempt.outcome != "running":
+            return
+        self.use_cluster(attempt.cluster)
+        gone = self.pod_manager.remove(attempt.namespace, attempt.pod, within=10.0)
+        if not gone:
+            self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+        why = "the task was ended while its pod ran: " + ("pod deleted" if gone else "pod deleted later")
+        records.end_attempt(self.federation_hook, self._record, attempt, "cancelled", why)
+        records.end_try(self._record, "failed", why)
+        self.log.info("%s (%s/%s in %s)", why, attempt.namespace, attempt.pod, attempt.cluster)
+
+    # Record keeping ----------------------------------------------------------------------------------
+    @property
+    def _record(self) -> PlacementRecord:
+        if self.placement is None:
+            raise RuntimeError("no placement record: execute() has not started")
+        return self.placement
+
+    def _save(self, context: Any) -> None:
+        self._records.save(context, self._record)
+
+    def _finish(self, context: Any, attempt: Attempt, outcome: str, reason: str) -> None:
+        records.end_attempt(self.federation_hook, self._record, attempt, outcome, reason)
+        records.end_try(self._record, outcome, reason)
+        self._save(context)
+        self.log.info("Placement: %s", self._record.summary())
+
+    def _give_up(self, context: Any, reason: str) -> FederationError:
+        records.end_try(self._record, "failed", reason)
+        self._save(context)
+        return FederationError(reason)
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__

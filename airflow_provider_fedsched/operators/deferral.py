@@ -1,0 +1,152 @@
+"""The deferrable half of the operator: defer to the federation's pod trigger, and judge the attempt
+when it fires, from a fresh read of the pod (the event may be stale; a timer alone proves nothing)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.providers.cncf.kubernetes.utils.container import container_is_completed, container_is_succeeded
+
+from airflow_provider_fedsched.federation.record import Attempt
+from airflow_provider_fedsched.kube.failures import (
+    ClusterFailure,
+    disruption,
+    scheduled,
+    unschedulable_message,
+)
+from airflow_provider_fedsched.kube.pods import ClusterLost, as_dict
+from airflow_provider_fedsched.operators import attempts
+from airflow_provider_fedsched.operators.arguments import FederationError
+from airflow_provider_fedsched.operators.contract import ClusterLeft, Contract, Judged
+
+if TYPE_CHECKING:
+    from kubernetes.client import models as k8s
+
+
+class Deferral(Contract):
+    """Deferring to FederatedPodTrigger and resuming from it (a base of FederatedKubernetesOperator)."""
+
+    def invoke_defer_method(self, last_log_time: Any = None, context: Any = None) -> None:
+        """Defer to the federation's pod trigger: it carries the cluster and connection id, no credentials."""
+        from airflow_provider_fedsched.triggers.pod import FederatedPodTrigger
+
+        attempt = self._record.current
+        assert attempt is not None
+        deadline = None
+        if self.execution_timeout is not None and context is not None:
+            deadline = context["ti"].start_date.timestamp() + self.execution_timeout.total_seconds()
+        self._save(context)
+        trigger = FederatedPodTrigger(
+            federation=self.federation_hook.serializable_source(),
+            cluster=attempt.cluster,
+            conn_id=self.federation_hook.access(attempt.cluster).conn_id,
+            pod_name=attempt.pod,
+            pod_namespace=attempt.namespace,
+            base_container_name=self.base_container_name,
+            poll_interval=self.poll_interval,
+            unreachable_grace=self._grace(),
+            unschedulable_grace=float(self.unschedulable_grace_seconds),
+            schedule_timeout=float(self.schedule_timeout_seconds),
+            execution_deadline=deadline,
+        )
+        pod = self.pod_manager.read_pod(self.pod_request_obj)
+        if self._pod_ended(pod):
+            self.log.info("Pod %s already ended: judged without deferring", attempt.pod)
+            self._inline_result = self._reenter(context, attempt, {"status": "done"})
+            self._settled = True
+            return
+        self.defer(trigger=trigger, method_name="trigger_reentry")
+
+    def _reenter(self, context: Any, attempt: Attempt, event: dict[str, Any]) -> Any:
+        """Judge the attempt the trigger fired about, from a fresh read of its pod."""
+        status, message = str(event.get("status")), str(event.get("message") or event.get("status"))
+        self.pod_request_obj = attempts.attempt_pod(
+            self.pod_template,
+            self._record,
+            attempt,
+            base_container=self.base_container_name,
+            checkpoint=self.checkpoint,
+        )
+        self._watch.reset(self._grace() if status != "lost" else 0.0)
+        if status == "error":
+            raise self._trigger_failed(context, attempt, message)
+        try:
+            if status == "lost":
+                raise ClusterLost(ClusterFailure("unreachable", message))
+            seen = self.pod_manager.read_pod(self.pod_request_obj)  # fresh: the event may be stale
+            if not self._pod_ended(seen):
+                document = as_dict(seen)
+                found = disruption(document)
+                if found is None and (
+                    unschedulable_message(document) or (status == "unschedulable" and not scheduled(document))
+                ):
+                    found = ClusterFailure(
+                        "insufficient",
+                        message
+                        if status == "unschedulable"
+                        else f"unschedulable: {unschedulable_message(document)}",
+                    )
+                if found is not None:
+                    raise Judged(found)
+                if status == "timeout":
+                    raise FederationError(f"{message}: the pod had not ended")
+                self.log.info("Pod %s runs on (the trigger said %s): watching on", attempt.pod, status)
+                self.invoke_defer_method(context=context)
+            attempt.running_at = attempt.running_at or _container_started_at(seen, self.base_container_name)
+            succeeded = seen.status.phase == "Succeeded" or container_is_succeeded(
+                seen, self.base_container_name
+            )
+            result = KubernetesPodOperator.trigger_reentry(
+                self,
+                context,
+                {
+                    **event,
+                    "status": "success" if succeeded else "failed",
+                    "message": "pod failed",
+                    "name": attempt.pod,
+                    "namespace": attempt.namespace,
+                },
+            )
+        except Exception as exc:
+            outcome = self._after_failure(context, attempt, exc)
+            if isinstance(outcome, ClusterLeft):
+                self._inline_result = self._place_and_run(context)
+                self._settled = True
+                return self._inline_result
+            self._settled = True
+            raise outcome from exc
+        self._finish(context, attempt, "succeeded", "")
+        self._settled = True
+        return result
+
+    def _trigger_failed(self, context: Any, attempt: Attempt, message: str) -> FederationError:
+        """The trigger could not watch the pod: nobody would, so the pod is deleted and the try fails."""
+        gone = self.pod_manager.remove(attempt.namespace, attempt.pod, within=30.0)
+        if not gone:
+            self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+        reason = f"the pod trigger failed: {message}; " + (
+            "its pod was deleted" if gone else "its pod is deleted when the cluster answers again"
+        )
+        self._finish(context, attempt, "failed", reason)
+        self._settled = True
+        return FederationError(reason)
+
+    def _pod_ended(self, pod: k8s.V1Pod) -> bool:
+        """The pod's work is over: a terminal phase, or the base container terminated (a sidecar such as
+        the XCom one may keep the pod Running)."""
+        phase = pod.status.phase if pod.status is not None else None
+        return phase in ("Succeeded", "Failed") or container_is_completed(pod, self.base_container_name)
+
+
+def _container_started_at(pod: Any, container: str) -> datetime | None:
+    """When ``container`` of ``pod`` started running, from its status (running or terminated)."""
+    statuses = (pod.status.container_statuses if pod is not None and pod.status else None) or []
+    for status in statuses:
+        if status.name == container and status.state is not None:
+            state = status.state.running or status.state.terminated
+            started = getattr(state, "started_at", None)
+            if isinstance(started, datetime):
+                return started.astimezone(UTC)
+    return None

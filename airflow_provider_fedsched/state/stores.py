@@ -1,0 +1,349 @@
+"""Typed stores over one backend: snapshots, cooldowns, reservations, leases, orphans, history, plans.
+
+Keys are ``fedsched/<federation>/<kind>/<cluster>[/<id>]``. Items that many writers add concurrently
+(reservations, orphans, history samples) get a key each, so that no read-modify-write can lose one; so do
+plans, under ``fedsched/<federation>/plan/<dag_id>/<task_id>/<logical date>``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+from airflow_provider_fedsched.federation.plan import Plan
+from airflow_provider_fedsched.federation.resources import ResourceList, add
+from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
+from airflow_provider_fedsched.state.backend import StateBackend
+
+HISTORY_LIMIT = 200
+"""Samples kept per cluster and kind (utilization, start latency, outcomes)."""
+_HISTORY_SLACK = 20
+"""Pruning starts this many samples past the limit, so that not every append deletes."""
+RESERVATION_TTL = timedelta(minutes=10)
+"""A reservation older than this is dropped even if no snapshot has shown its pod (a lost worker)."""
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+def _parse(moment: str) -> datetime:
+    return datetime.fromisoformat(moment).astimezone(UTC)
+
+
+class _Store:
+    def __init__(self, backend: StateBackend, prefix: str) -> None:
+        self.backend = backend
+        self.prefix = prefix
+
+    def _key(self, kind: str, cluster: str, item: str | None = None) -> str:
+        return f"{self.prefix}/{kind}/{cluster}" + (f"/{item}" if item else "")
+
+
+class SnapshotStore(_Store):
+    """Each cluster's newest snapshot, an index of when each was observed, a bundle (small federations)."""
+
+    # Decoded snapshots by (state prefix, cluster), shared by every hook in the process: decoding and
+    # indexing a snapshot costs more than reading it.
+    _decoded: ClassVar[dict[tuple[str, str], ClusterSnapshot]] = {}
+
+    def __init__(self, backend: StateBackend, prefix: str) -> None:
+        super().__init__(backend, prefix)
+        self.embed = False
+        """Keep snapshots in a bundle too (one read for all); the hook turns it on for small federations."""
+
+    def put(self, snapshots: Iterable[ClusterSnapshot]) -> None:
+        """Store snapshots: each under its own key (the truth), then once in the index readers poll.
+
+        Two workers updating the index or the bundle at the same instant may drop one entry; that cluster
+        then looks older than it is and is read from its own key or refreshed again: a wasted call, never
+        a wrong decision.
+        """
+        snapshots = list(snapshots)
+        documents = {s.cluster: s.model_dump(mode="json") for s in snapshots}
+        for cluster, document in documents.items():
+            self.backend.set(self._key("snapshot", cluster), document)
+        index = dict(self.backend.get(f"{self.prefix}/snapshot-index") or {})
+        for snapshot in snapshots:
+            index[snapshot.cluster] = snapshot.observed_at.isoformat()
+            self._decoded[(self.prefix, snapshot.cluster)] = snapshot
+        self.backend.set(f"{self.prefix}/snapshot-index", index)
+        if self.embed:
+            bundle = dict(self.backend.get(f"{self.prefix}/snapshot-bundle") or {})
+            bundle.update(documents)
+            self.backend.set(f"{self.prefix}/snapshot-bundle", bundle)
+
+    def get(self, cluster: str) -> ClusterSnapshot | None:
+        raw = self.backend.get(self._key("snapshot", cluster))
+        return ClusterSnapshot.model_validate(raw) if raw else None
+
+    def newest(self, clusters: Iterable[str]) -> dict[str, ClusterSnapshot]:
+        """The newest snapshot of each cluster; only the ones that changed are read and decoded."""
+        index = self.backend.get(f"{self.prefix}/snapshot-index") or {}
+        result: dict[str, ClusterSnapshot] = {}
+        outdated: dict[str, datetime] = {}
+        for name in clusters:
+            at = index.get(name)
+            if not isinstance(at, str):
+                continue
+            cached = self._decoded.get((self.prefix, name))
+            if cached is not None and cached.observed_at == _parse(at):
+                result[name] = cached
+            else:
+                outdated[name] = _parse(at)
+        bundle = self.backend.get(f"{self.prefix}/snapshot-bundle") if outdated and self.embed else None
+        for name, at in outdated.items():
+            document = (bundle or {}).get(name)
+            snapshot = ClusterSnapshot.model_validate(document) if document else None
+            if snapshot is None or snapshot.observed_at != at:
+                snapshot = self.get(name)  # the bundle lost this one: its own key is the truth
+            if snapshot is not None:
+                self._decoded[(self.prefix, name)] = snapshot
+                result[name] = snapshot
+        return result
+
+
+class QuotaLimitStore(_Store):
+    """Per cluster, each namespace's hard quota limits (from the latest snapshot that answered)."""
+
+    def put(self, cluster: str, limits: Mapping[str, Mapping[str, int]]) -> None:
+        key = self._key("quota-limits", cluster)
+        document = {ns: dict(values) for ns, values in limits.items()}
+        if self.backend.get(key) != document:  # written only when a quota changed
+            self.backend.set(key, document)
+
+    def get(self, cluster: str) -> dict[str, dict[str, int]]:
+        raw = self.backend.get(self._key("quota-limits", cluster))
+        return {str(ns): dict(values) for ns, values in raw.items()} if isinstance(raw, dict) else {}
+
+
+class CooldownStore(_Store):
+    """Clusters (or one namespace of a cluster) that take no new work until a moment."""
+
+    def _cooldown_key(self, cluster: str, namespace: str | None) -> str:
+        return self._key("cooldown", cluster if namespace is None else f"{cluster}@{namespace}")
+
+    def set(self, cluster: str, until: datetime, reason: str, namespace: str | None = None) -> None:
+        """Keep ``cluster`` out of decisions until ``until``; only for pods of ``namespace`` when given
+        (a namespace's quota says nothing about the cluster's other namespaces)."""
+        self.backend.set(self._cooldown_key(cluster, namespace), {"until": _iso(until), "reason": reason})
+
+    def clear(self, cluster: str, namespace: str | None = None) -> None:
+        self.backend.delete(self._cooldown_key(cluster, namespace))
+
+    def get(self, cluster: str, now: datetime, namespace: str | None = None) -> tuple[datetime, str] | None:
+        """``(until, reason)`` while ``cluster`` (or its ``namespace``) is cooling down at ``now``."""
+        raw = self.backend.get(self._cooldown_key(cluster, namespace))
+        if not raw:
+            return None
+        until = _parse(raw["until"])
+        return (until, str(raw.get("reason", ""))) if until > now else None
+
+    def details(self, cluster: str, now: datetime) -> list[tuple[str | None, datetime, str]]:
+        """Every cooldown of ``cluster`` in force at ``now``: ``(namespace or None, until, reason)``,
+        the whole-cluster one first."""
+        found: list[tuple[str | None, datetime, str]] = []
+        for key, raw in self.backend.get_many(self._key("cooldown", cluster)).items():
+            name, _, scope = key.rsplit("/", 1)[-1].partition("@")
+            if name == cluster and raw and (until := _parse(raw["until"])) > now:
+                found.append((scope or None, until, str(raw.get("reason", ""))))
+        return sorted(found, key=lambda entry: (entry[0] is not None, entry[0] or ""))
+
+    def in_force(
+        self, clusters: Iterable[str], now: datetime, namespace: str | None = None
+    ) -> dict[str, datetime]:
+        """``cluster -> until`` for the clusters cooling down at ``now`` for pods of ``namespace``:
+        whole-cluster cooldowns and those of that namespace (one read for all)."""
+        wanted = set(clusters)
+        result: dict[str, datetime] = {}
+        for key, raw in self.backend.get_many(f"{self.prefix}/cooldown/").items():
+            name, _, scope = key.rsplit("/", 1)[-1].partition("@")
+            until = _parse(raw["until"]) if raw else None
+            if name not in wanted or until is None or until <= now or (scope and scope != namespace):
+                continue
+            result[name] = max(until, result.get(name, until))
+        return result
+
+
+class ReservationStore(_Store):
+    """Requests placed on a cluster but not yet visible in its snapshot (one key per placement)."""
+
+    def hold(
+        self, cluster: str, requests: Mapping[str, int], now: datetime, placement_id: str | None = None
+    ) -> str:
+        """Hold ``requests`` on ``cluster`` until a snapshot taken after ``now`` shows the pod bound."""
+        placement_id = placement_id or uuid.uuid4().hex
+        self.backend.set(
+            self._key("reservation", cluster, placement_id),
+            {"requests": dict(requests), "at": _iso(now), "placement_id": placement_id},
+        )
+        return placement_id
+
+    def release(self, cluster: str, placement_id: str) -> None:
+        self.backend.delete(self._key("reservation", cluster, placement_id))
+
+    def pending(self, snapshots: Mapping[str, ClusterSnapshot], now: datetime) -> dict[str, ResourceList]:
+        """Per cluster, the requests reserved but not yet visible in that cluster's snapshot."""
+        result: dict[str, ResourceList] = {}
+        for key, raw in self.backend.get_many(f"{self.prefix}/reservation/").items():
+            cluster, placement_id = key.rsplit("/", 2)[-2:]
+            if not raw:
+                continue
+            at = _parse(raw["at"])
+            snapshot = snapshots.get(cluster)
+            seen = snapshot is not None and snapshot.observed_at > at and placement_id in snapshot.placements
+            if seen or now - at > RESERVATION_TTL:
+                self.backend.delete(key)
+                continue
+            result[cluster] = add(result.get(cluster, {}), raw["requests"])
+        return result
+
+
+class LeaseStore(_Store):
+    """Single-flight refresh: one worker refreshes each cluster while the others read its snapshot."""
+
+    def claim(self, clusters: Iterable[str], owner: str, now: datetime, ttl: timedelta) -> list[str]:
+        """The clusters whose refresh lease ``owner`` won.
+
+        Without compare-and-set a worker writes its claims, lets the other workers that read "no lease" at
+        the same moment write theirs (the backend's settle time), then reads back and keeps only the
+        clusters whose lease still names it: the last writer wins, once. A claim slower than the settle
+        time can still make two workers refresh, which costs one extra API call and breaks nothing.
+        """
+        claimed = []
+        for cluster in clusters:
+            key = self._key("lease", cluster)
+            current = self.backend.get(key)
+            if current and current.get("owner") != owner and _parse(current["until"]) > now:
+                continue
+            self.backend.set(key, {"owner": owner, "until": _iso(now + ttl)})
+            claimed.append(cluster)
+        settle = self.backend.consistency.settle_seconds
+        if claimed and settle:
+            time.sleep(settle)
+        won = []
+        for cluster in claimed:
+            confirmed = self.backend.get(self._key("lease", cluster))
+            if confirmed is not None and confirmed.get("owner") == owner:
+                won.append(cluster)
+        return won
+
+    def end(self, cluster: str, owner: str) -> None:
+        key = self._key("lease", cluster)
+        current = self.backend.get(key)
+        if current and current.get("owner") == owner:
+            self.backend.delete(key)
+
+
+class OrphanStore(_Store):
+    """Pods that could not be confirmed deleted (their cluster stopped answering): deleted when it answers."""
+
+    def add(self, cluster: str, namespace: str, pod: str) -> None:
+        self.backend.set(
+            self._key("orphan", cluster, f"{namespace}.{pod}"), {"namespace": namespace, "pod": pod}
+        )
+
+    def of(self, cluster: str) -> list[tuple[str, str]]:
+        found = self.backend.get_many(self._key("orphan", cluster) + "/").values()
+        return [(raw["namespace"], raw["pod"]) for raw in found if raw]
+
+    def forget(self, cluster: str, namespace: str, pod: str) -> None:
+        self.backend.delete(self._key("orphan", cluster, f"{namespace}.{pod}"))
+
+
+class HistoryStore(_Store):
+    """Per cluster and kind (utilization, start_latency, outcome), the newest samples.
+
+    Each sample is a key of its own, named so that keys sort by time: concurrent writers never overwrite
+    each other's samples (a read-modify-write of one list would lose some). A writer that finds more than
+    the limit deletes the oldest.
+    """
+
+    _sequence = itertools.count()
+
+    def append(self, cluster: str, kind: str, sample: Mapping[str, Any]) -> None:
+        folder = self._key(f"history-{kind}", cluster)
+        name = f"{time.time_ns():020d}-{next(self._sequence):08d}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.backend.set(f"{folder}/{name}", dict(sample))
+        keys = self.backend.keys(folder + "/")
+        if len(keys) > HISTORY_LIMIT + _HISTORY_SLACK:
+            for old in keys[: len(keys) - HISTORY_LIMIT]:
+                self.backend.delete(old)
+
+    def samples(self, cluster: str, kind: str) -> list[dict[str, Any]]:
+        """The newest :data:`HISTORY_LIMIT` samples, oldest first."""
+        found = self.backend.get_many(self._key(f"history-{kind}", cluster) + "/")
+        return [dict(found[key]) for key in sorted(found)[-HISTORY_LIMIT:] if isinstance(found[key], dict)]
+
+
+class ForecastStore(_Store):
+    """Folded seasonal profiles per cluster, and every cluster's fitted model in one key."""
+
+    def put_profile(self, cluster: str, profile: Mapping[str, Any]) -> None:
+        self.backend.set(self._key("forecast-profile", cluster), dict(profile))
+
+    def get_profile(self, cluster: str) -> dict[str, Any] | None:
+        raw = self.backend.get(self._key("forecast-profile", cluster))
+        return dict(raw) if raw else None
+
+    def put_models(self, models: Mapping[str, Mapping[str, Any]]) -> None:
+        """One key for all, so that a task reads them with one call."""
+        self.backend.set(f"{self.prefix}/forecast-models", {name: dict(m) for name, m in models.items()})
+
+    def get_models(self) -> dict[str, dict[str, Any]]:
+        raw = self.backend.get(f"{self.prefix}/forecast-models")
+        return dict(raw) if isinstance(raw, dict) else {}
+
+
+class PlanStore(_Store):
+    """Precomputed placements, one key per DAG, task and logical date."""
+
+    def key(self, dag_id: str, task_id: str, logical_date: datetime) -> str:
+        stamp = logical_date.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        return f"{self.prefix}/plan/{dag_id}/{task_id}/{stamp}"
+
+    def put(self, plan: Plan) -> None:
+        self.backend.set(self.key(plan.dag_id, plan.task_id, plan.logical_date), plan.model_dump(mode="json"))
+
+    def get(self, dag_id: str, task_id: str, logical_date: datetime) -> Plan | None:
+        """The plan for this run of the task; raises ``ValueError`` if what is stored is not a plan."""
+        raw = self.backend.get(self.key(dag_id, task_id, logical_date))
+        return Plan.model_validate(raw) if raw else None
+
+    def delete(self, plan: Plan) -> None:
+        self.backend.delete(self.key(plan.dag_id, plan.task_id, plan.logical_date))
+
+    def all(self, dag_id: str | None = None) -> list[Plan]:
+        """Every stored plan (of ``dag_id``), by DAG, task and logical date; unreadable ones skipped."""
+        prefix = f"{self.prefix}/plan/" + (f"{dag_id}/" if dag_id is not None else "")
+        found: list[Plan] = []
+        for raw in self.backend.get_many(prefix).values():
+            if not raw:
+                continue
+            try:
+                found.append(Plan.model_validate(raw))
+            except ValueError:
+                continue
+        return sorted(found, key=lambda p: (p.dag_id, p.task_id, p.logical_date))
+
+
+class FederationState:
+    """The shared state of one federation: one store per kind of item, over one backend."""
+
+    def __init__(self, backend: StateBackend, federation: str = "default") -> None:
+        self.backend = backend
+        self.prefix = f"fedsched/{federation}"
+        self.snapshots = SnapshotStore(backend, self.prefix)
+        self.quota_limits = QuotaLimitStore(backend, self.prefix)
+        self.cooldowns = CooldownStore(backend, self.prefix)
+        self.reservations = ReservationStore(backend, self.prefix)
+        self.leases = LeaseStore(backend, self.prefix)
+        self.orphans = OrphanStore(backend, self.prefix)
+        self.history = HistoryStore(backend, self.prefix)
+        self.forecasts = ForecastStore(backend, self.prefix)
+        self.plans = PlanStore(backend, self.prefix)

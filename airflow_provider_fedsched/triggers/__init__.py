@@ -1,0 +1,1 @@
+"""Airflow triggers of the federation provider."""

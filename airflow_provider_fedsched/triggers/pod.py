@@ -1,0 +1,280 @@
+"""FederatedPodTrigger: watches one federated pod from the triggerer, keeping the delivery contract.
+
+Unlike KubernetesPodTrigger it is given a cluster of the federation and its connection id, never a
+kubeconfig, token or certificate (its kwargs are stored in the metadata database), and it builds its
+client from that connection alone, so a ``KUBECONFIG``, ``~/.kube/config`` or in-cluster configuration
+of the triggerer process plays no part. It fires only with news the operator must act on: the pod ended,
+was evicted, stayed unschedulable past its grace, disappeared, or its cluster (or node) did not answer
+for longer than the task's ``unreachable_grace``. A timer alone never judges an attempt: the operator
+reads the pod again when it resumes. It never fires sooner than :data:`MIN_DEFERRAL_SECONDS` after it
+started, so that the scheduler has seen the task deferred before the event resumes it.
+
+When a user ends the deferred task (mark failed or success), :meth:`on_kill` deletes the pod, confirms
+it is gone and records the outcome in the task's placement record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_fedsched.kube.failures import (
+    describe_error,
+    disruption,
+    node_not_ready,
+    scheduled,
+    unschedulable_message,
+)
+from airflow_provider_fedsched.kube.pods import aremove, is_gone
+
+MIN_DEFERRAL_SECONDS = 15.0
+"""No deferral resumes sooner (``[fedsched] min_deferral_seconds``): a shorter one races the scheduler
+(the task instance is still ``queued`` when the event arrives, and the try is lost)."""
+
+
+def min_deferral_seconds() -> float:
+    from airflow.configuration import conf
+
+    return max(0.0, conf.getfloat("fedsched", "min_deferral_seconds", fallback=MIN_DEFERRAL_SECONDS))
+
+
+READ_TIMEOUT = 5.0
+CONNECT_TIMEOUT = 2.0
+
+
+class FederatedPodTrigger(BaseTrigger):
+    """Watch ``pod_namespace/pod_name`` in member ``cluster`` of ``federation`` until there is news."""
+
+    def __init__(
+        self,
+        *,
+        federation: Any,
+        cluster: str,
+        conn_id: str | None,
+        pod_name: str,
+        pod_namespace: str,
+        base_container_name: str = "base",
+        poll_interval: float = 2.0,
+        unreachable_grace: float = 300.0,
+        unschedulable_grace: float = 30.0,
+        schedule_timeout: float = 120.0,
+        execution_deadline: float | None = None,
+        not_before: float | None = None,
+        trigger_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.federation = federation
+        self.cluster = cluster
+        self.conn_id = conn_id
+        self.pod_name = pod_name
+        self.pod_namespace = pod_namespace
+        self.base_container_name = base_container_name
+        self.poll_interval = float(poll_interval)
+        self.unreachable_grace = float(unreachable_grace)
+        self.unschedulable_grace = float(unschedulable_grace)
+        self.schedule_timeout = float(schedule_timeout)
+        self.execution_deadline = execution_deadline
+        self.not_before = not_before if not_before is not None else time.time() + min_deferral_seconds()
+        self.trigger_kwargs = dict(trigger_kwargs or {})
+        self._fired = False
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "federation": self.federation,
+                "cluster": self.cluster,
+                "conn_id": self.conn_id,
+                "pod_name": self.pod_name,
+                "pod_namespace": self.pod_namespace,
+                "base_container_name": self.base_container_name,
+                "poll_interval": self.poll_interval,
+                "unreachable_grace": self.unreachable_grace,
+                "unschedulable_grace": self.unschedulable_grace,
+                "schedule_timeout": self.schedule_timeout,
+                "execution_deadline": self.execution_deadline,
+                "not_before": self.not_before,
+                "trigger_kwargs": self.trigger_kwargs,
+            },
+        )
+
+    # Access from the connection alone ------------------------------------------------------------------
+    def _hook(self) -> Any:
+        from airflow_provider_fedsched.hooks.federation import FederationHook
+
+        return FederationHook(self.federation)
+
+    async def _api(self) -> tuple[Any, str]:
+        from asgiref.sync import sync_to_async
+        from kubernetes_asyncio import client
+
+        from airflow_provider_fedsched.kube.clients import api_client
+
+        # Reading the spec and the connection are SDK calls: off the event loop.
+        access = await sync_to_async(self._hook().access)(self.cluster)
+        return client.CoreV1Api(await api_client(access)), access.server
+
+    # Watching ----------------------------------------------------------------------------------------
+    def _event(self, status: str, message: str, **extra: Any) -> TriggerEvent:
+        self._fired = True
+        return TriggerEvent(  # type: ignore[no-untyped-call]
+            {
+                "status": status,
+                "name": self.pod_name,
+                "namespace": self.pod_namespace,
+                "message": message,
+                "fedsched_cluster": self.cluster,
+                **extra,
+                **self.trigger_kwargs,
+            }
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        event = await self._watch()
+        wait = (self.not_before or 0) - time.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        yield event
+
+    async def _watch(self) -> TriggerEvent:
+        try:
+            api, server = await self._api()
+        except Exception as exc:  # a missing connection or spec: the operator fails the try with it
+            return self._event("error", f"cannot reach cluster {self.cluster}: {exc}")
+        started = time.monotonic()
+        unanswered_since: float | None = None
+        unschedulable_since: float | None = None
+        unready_since: float | None = None
+        timeout = (CONNECT_TIMEOUT, READ_TIMEOUT)
+        while True:
+            now = time.monotonic()
+            if self.execution_deadline is not None and time.time() >= self.execution_deadline:
+                return self._event("timeout", "the task's execution_timeout passed")
+            try:
+                raw = await api.read_namespaced_pod(
+                    self.pod_name, self.pod_namespace, _preload_content=False, _request_timeout=timeout
+                )
+                try:
+                    if raw.status >= 400:
+                        from kubernetes_asyncio.client.exceptions import ApiException
+
+                        raise ApiException(status=raw.status, reason=raw.reason)
+                    pod = await raw.json()
+                finally:
+                    raw.release()
+            except Exception as exc:
+                if is_gone(exc):
+                    return self._event("gone", f"pod {self.pod_namespace}/{self.pod_name} no longer exists")
+                unanswered_since = unanswered_since or now
+                waited = now - unanswered_since
+                if waited >= self.unreachable_grace:
+                    return self._event(
+                        "lost",
+                        f"{describe_error(exc, server, READ_TIMEOUT)}"
+                        + (f" for {waited:.0f}s" if waited else ""),
+                        unanswered_seconds=waited,
+                    )
+                await asyncio.sleep(min(self.poll_interval, 2.0))
+                continue
+            unanswered_since = None
+            status = pod.get("status") or {}
+            phase = status.get("phase")
+            found = disruption(pod)
+            if found is not None:
+                return self._event("evicted", found.reason)
+            if phase in ("Succeeded", "Failed") or _base_terminated(pod, self.base_container_name):
+                return self._event("done", f"pod {phase or 'ended'}", phase=phase)
+            message = unschedulable_message(pod)
+            if message is not None:
+                unschedulable_since = unschedulable_since or now
+                if now - unschedulable_since >= self.unschedulable_grace:
+                    return self._event("unschedulable", f"unschedulable: {message}")
+            elif not scheduled(pod) and now - started >= self.schedule_timeout:
+                return self._event("unschedulable", f"not scheduled within {self.schedule_timeout:g}s")
+            unready = await self._node_unready(api, pod)
+            unready_since = (unready_since or now) if unready else None
+            if unready_since is not None and now - unready_since >= self.unreachable_grace:
+                node = (pod.get("spec") or {}).get("nodeName")
+                silent = now - unready_since
+                message = f"node {node} of {self.cluster} is NotReady: no word of the pod for {silent:.0f}s"
+                return self._event("lost", message)
+            await asyncio.sleep(self.poll_interval)
+
+    async def _node_unready(self, api: Any, pod: dict[str, Any]) -> bool:
+        status = pod.get("status") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        if not node or ready is None or ready.get("status") == "True":
+            return False
+        try:
+            raw = await api.read_node(node, _preload_content=False, _request_timeout=READ_TIMEOUT)
+            try:
+                return raw.status < 400 and node_not_ready(await raw.json())
+            finally:
+                raw.release()
+        except Exception:
+            return False
+
+    # A user ended the task ------------------------------------------------------------------------------
+    async def on_kill(self) -> None:
+        """The task was ended from the UI or the API while deferred: delete the pod and record it."""
+        if self._fired:
+            return
+        gone = False
+        try:
+            api, _ = await self._api()
+            gone = await aremove(api, self.pod_namespace, self.pod_name, within=20.0)
+        except Exception:
+            self.log.exception("Could not delete pod %s/%s", self.pod_namespace, self.pod_name)
+        self.log.info(
+            "Task ended by a user: pod %s/%s in %s %s",
+            self.pod_namespace,
+            self.pod_name,
+            self.cluster,
+            "deleted" if gone else "not confirmed deleted (it is deleted when the cluster answers)",
+        )
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self._record_cancelled)(gone)
+
+    def _record_cancelled(self, gone: bool) -> None:
+        """The try's record (its XCom) says how it ended; the cluster's history counts it."""
+        from airflow.sdk.execution_time.xcom import XCom
+
+        from airflow_provider_fedsched.federation.record import XCOM_KEY, PlacementRecord
+
+        hook = self._hook()
+        if not gone:
+            hook.add_orphan(self.cluster, self.pod_namespace, self.pod_name)
+        hook.record(self.cluster, "outcome", {"at": datetime.now(UTC).isoformat(), "outcome": "cancelled"})
+        ti = self.task_instance
+        if ti is None:
+            return
+        where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index}
+        raw = XCom.get_one(key=XCOM_KEY, **where)
+        try:
+            record = PlacementRecord.model_validate(json.loads(raw) if isinstance(raw, str) else raw)
+        except (TypeError, ValueError):
+            return
+        now = datetime.now(UTC)
+        reason = "the task was ended from the UI or the API while deferred: " + (
+            "its pod was deleted" if gone else "its pod is deleted when its cluster answers again"
+        )
+        for attempt in record.attempts:
+            if attempt.outcome == "running" and attempt.pod == self.pod_name:
+                attempt.outcome, attempt.reason, attempt.ended_at = "cancelled", reason, now
+        record.outcome, record.reason, record.ended_at = "failed", reason, now
+        XCom.set(XCOM_KEY, record.model_dump(mode="json"), **where)
+
+
+def _base_terminated(pod: dict[str, Any], container: str) -> bool:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == container and (status.get("state") or {}).get("terminated"):
+            return True
+    return False

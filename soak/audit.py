@@ -1,0 +1,343 @@
+"""The auditor: what really ran, from the clusters' own records, against what Airflow says.
+
+It never reads the provider's records (placement XComs, shared state, pod annotations it writes). Its
+inputs are each simulated cluster's execution journal (every pod that ran there: node, start, end,
+outcome, exit code; every node's load), the task instances from Airflow's REST API, and what the load
+meant each task to do (``Expectation``: its datasets, whether it may move, how it is meant to end).
+
+It counts, per task (one ``(dag, task, map_index, run)``):
+
+- ``succeeded``: Airflow says success and one of its pods ran to Succeeded;
+- ``failed``: Airflow says failed; each is explained (its own non-zero exit, a wait that timed out on
+  purpose, or a fault that marked it failed) or reported as unexplained;
+- ``lost``: anything else (not finished, skipped, removed, never created, or success without any pod
+  that succeeded);
+- ``duplicates``: pods of one task that both ran, other than a preemptible move: two that ran to
+  Succeeded, one started after another had Succeeded, or, for a task that is not preemptible, two whose
+  containers ran at the same time;
+- ``leaked``: pods of the load still in a cluster (not removed from its API, or still running on a node);
+- ``sovereignty_violations``: pods that ran in a cluster whose region one of the task's datasets forbids;
+- node over-commit: moments when a node's admitted pods requested more than its allocatable.
+
+It also prints, without failing the run, each pod that kept running more than ``OUTLIVE_TOLERANCE``
+seconds after its task had ended in Airflow (``outlived``): the contract lets a pod on a cluster that
+stopped answering outlive a try that gave up on it, until the cluster answers again.
+
+The module is pure (no I/O): ``soak.run`` collects its inputs; other harnesses can reuse it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+TaskKey = tuple[str, int]
+TERMINAL_STATES = ("success", "failed")
+FINDING_ORDER = (
+    *("duplicate", "leaked", "sovereignty", "overcommit"),
+    *("lost", "unexplained", "failed", "outlived"),
+)
+OUTLIVE_TOLERANCE = 60.0
+"""Seconds a pod may still run after its task ended in Airflow (a heartbeat and a deletion)."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    task_id: str
+    map_index: int
+    datasets: tuple[str, ...] = ()
+    preemptible: bool = False
+    expect: str = "succeed"
+    """``succeed``; ``exit`` (meant to fail by its own non-zero exit); ``wait-timeout`` (meant to fail
+    because it waits for a cluster that never has room, until its wait timeout)."""
+    exit_code: int = 0
+
+    @property
+    def key(self) -> TaskKey:
+        return (self.task_id, self.map_index)
+
+
+@dataclass(frozen=True)
+class PodRun:
+    """One journal entry (the sim's ``controllers/journal.py`` ``PodRun``), reduced to what is audited."""
+
+    cluster: str
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    node: str | None
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    removed_at: float | None
+    phase: str
+    outcome: str | None
+    exit_code: int | None
+    reason: str | None
+    running: bool
+
+    @classmethod
+    def from_journal(cls, entry: Mapping[str, Any]) -> PodRun:
+        return cls(
+            cluster=str(entry["cluster"]),
+            namespace=str(entry["namespace"]),
+            name=str(entry["name"]),
+            uid=str(entry["uid"]),
+            labels=dict(entry.get("labels") or {}),
+            node=entry.get("node"),
+            created_at=float(entry["created_at"]),
+            started_at=entry.get("started_at"),
+            ended_at=entry.get("ended_at"),
+            removed_at=entry.get("removed_at"),
+            phase=str(entry.get("phase") or ""),
+            outcome=entry.get("outcome"),
+            exit_code=entry.get("exit_code"),
+            reason=entry.get("reason"),
+            running=bool(entry.get("running")),
+        )
+
+    @property
+    def ran(self) -> bool:
+        return self.started_at is not None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome == "succeeded"
+
+    def ended_by(self, at: float | None = None) -> float:
+        """When its containers stopped (``at``, the audit's time, when they still run)."""
+        if self.ended_at is not None:
+            return float(self.ended_at)
+        return float("inf") if at is None else at
+
+    def describe(self, origin: float = 0.0) -> str:
+        start = f"{self.started_at - origin:.0f}s" if self.started_at is not None else "-"
+        end = f"{self.ended_at - origin:.0f}s" if self.ended_at is not None else "still running"
+        exit_code = f" exit {self.exit_code}" if self.exit_code is not None else ""
+        reason = f" ({self.reason})" if self.reason else ""
+        return (
+            f"{self.cluster}/{self.namespace}/{self.name} on {self.node or '-'} ran {start}..{end} "
+            f"{self.outcome or self.phase}{exit_code}{reason}"
+        )
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    """``duplicate``, ``leaked``, ``sovereignty``, ``overcommit``, ``lost``, ``failed``, ``unexplained``."""
+    task: TaskKey | None
+    text: str
+
+    def line(self) -> str:
+        who = f"{self.task[0]}[{self.task[1]}]: " if self.task else ""
+        return f"{self.kind}: {who}{self.text}"
+
+
+@dataclass
+class Audit:
+    tasks: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    leaked: int = 0
+    sovereignty_violations: int = 0
+    overcommits: int = 0
+    unexplained: int = 0
+    pods: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(self, kind: str, task: TaskKey | None, text: str) -> None:
+        self.findings.append(Finding(kind, task, text))
+
+    @property
+    def clean(self) -> bool:
+        """The acceptance: nothing lost, run twice, left behind or misplaced; every failure explained."""
+        return (
+            not (
+                self.lost or self.duplicates or self.leaked or self.sovereignty_violations or self.overcommits
+            )
+            and not self.unexplained
+        )
+
+    def summary(self, executor: str, faults: int, minutes: float) -> str:
+        return (
+            f"soak: executor={executor} tasks={self.tasks} succeeded={self.succeeded} failed={self.failed} "
+            f"lost={self.lost} duplicates={self.duplicates} leaked={self.leaked} "
+            f"sovereignty_violations={self.sovereignty_violations} faults={faults} minutes={minutes:.1f}"
+        )
+
+    def lines(self) -> list[str]:
+        order = FINDING_ORDER
+        found = sorted(
+            self.findings, key=lambda f: (order.index(f.kind) if f.kind in order else 99, f.task or ("", 0))
+        )
+        return [f.line() for f in found] + [
+            f"audit: {self.pods} pods of the load in the journals; node over-commits {self.overcommits}; "
+            f"failures explained {self.failed - self.unexplained}/{self.failed}"
+        ]
+
+
+def _pairs(runs: list[PodRun], preemptible: bool, now: float) -> Iterable[tuple[PodRun, PodRun, str]]:
+    """Each later pod that duplicates an earlier one, with why (at most one reason per later pod)."""
+    ran = sorted((r for r in runs if r.ran), key=lambda r: (r.started_at, r.uid))
+    for index, later in enumerate(ran):
+        assert later.started_at is not None
+        for earlier in ran[:index]:
+            if earlier.succeeded and later.succeeded:
+                yield earlier, later, "both ran to Succeeded"
+                break
+            if earlier.succeeded and earlier.ended_by(now) <= later.started_at:
+                yield earlier, later, "started after the task's result was known (an earlier pod Succeeded)"
+                break
+            if not preemptible and earlier.ended_by(now) > later.started_at:
+                yield earlier, later, "two copies of non-preemptible work ran at the same time"
+                break
+
+
+def audit(
+    journals: Iterable[Mapping[str, Any]],
+    task_instances: Iterable[Mapping[str, Any]],
+    expectations: Iterable[Expectation],
+    regions: Mapping[str, str],
+    allowed_regions: Mapping[str, list[str] | None],
+    key_of: Callable[[Mapping[str, str]], TaskKey | None],
+    marked_failed: Iterable[TaskKey] = (),
+    logs: Callable[[TaskKey], str] | None = None,
+    now: float | None = None,
+    origin: float = 0.0,
+) -> Audit:
+    """Audit one run. ``journals``: each cluster's journal report (``pods`` and ``nodes``);
+    ``task_instances``: Airflow's REST API view (``task_id``, ``map_index``, ``state``, ``try_number``);
+    ``key_of``: a pod's task from its labels (None: not the load's); ``marked_failed``: tasks a fault
+    marked failed; ``logs``: a task's last try's log (to quote why it failed); ``origin``: time zero of
+    the times printed."""
+    result = Audit()
+    expected = {e.key: e for e in expectations}
+    result.tasks = len(expected)
+    runs: dict[TaskKey, list[PodRun]] = {key: [] for key in expected}
+    observed = now
+    for journal in journals:
+        observed = max(observed or 0.0, float(journal.get("observed_at") or 0.0)) or observed
+        for name, node in (journal.get("nodes") or {}).items():
+            for event in node.get("overcommits") or []:
+                result.overcommits += 1
+                result.add(
+                    "overcommit",
+                    None,
+                    f"{journal.get('cluster')}/{name} at {float(event['at']) - origin:.0f}s: "
+                    f"{event['resources']} held by {', '.join(event['pods'])}",
+                )
+        for entry in journal.get("pods") or []:
+            run = PodRun.from_journal(entry)
+            key = key_of(run.labels)
+            if key is None:
+                continue
+            result.pods += 1
+            runs.setdefault(key, []).append(run)
+    at = observed if observed is not None else float("inf")
+
+    for key, pods in sorted(runs.items()):
+        exp = expected.get(key)
+        if exp is None:
+            result.add("lost", key, f"{len(pods)} pod(s) of a task the load never asked for")
+            continue
+        for earlier, later, why in _pairs(pods, exp.preemptible, at):
+            result.duplicates += 1
+            result.add("duplicate", key, f"{why}: {earlier.describe(origin)} | {later.describe(origin)}")
+        for run in pods:
+            if run.removed_at is None or run.running:
+                result.leaked += 1
+                where = (
+                    "still in the API" if run.removed_at is None else "removed from the API, still running"
+                )
+                result.add("leaked", key, f"{run.describe(origin)}; {where} (phase {run.phase})")
+            if run.ran and not _allowed(regions.get(run.cluster), exp.datasets, allowed_regions):
+                result.sovereignty_violations += 1
+                result.add(
+                    "sovereignty",
+                    key,
+                    f"ran in {run.cluster} ({regions.get(run.cluster)}), datasets {list(exp.datasets)} "
+                    f"allow {[allowed_regions.get(d) for d in exp.datasets]}: {run.describe(origin)}",
+                )
+
+    states = {(str(ti["task_id"]), int(ti.get("map_index", -1))): ti for ti in task_instances}
+    marked = set(marked_failed)
+    for key, exp in sorted(expected.items()):
+        ti = states.get(key)
+        state = str(ti.get("state")) if ti else None
+        pods = runs.get(key, [])
+        ended = _epoch(ti.get("end_date")) if ti and state in TERMINAL_STATES else None
+        for run in pods:
+            if ended is not None and run.ran and run.ended_by(at) > ended + OUTLIVE_TOLERANCE:
+                result.add(
+                    "outlived",
+                    key,
+                    f"ran {run.ended_by(at) - ended:.0f}s past the task's end ({state}): "
+                    + run.describe(origin),
+                )
+        if state == "success":
+            if any(p.succeeded for p in pods):
+                result.succeeded += 1
+            else:
+                result.lost += 1
+                result.add("lost", key, "Airflow says success but none of its pods ran to Succeeded")
+        elif state == "failed":
+            result.failed += 1
+            explanation = _explain(exp, pods, key in marked, regions, allowed_regions)
+            if explanation is None:
+                result.unexplained += 1
+                said = _last_error(logs(key)) if logs else ""
+                ran = "; ".join(p.describe(origin) for p in pods) or "no pod"
+                result.add("unexplained", key, f"failed; pods: {ran}" + (f"; log: {said}" if said else ""))
+            else:
+                result.add("failed", key, explanation)
+        else:
+            result.lost += 1
+            result.add("lost", key, f"ended in state {state!r}" if ti else "no task instance in Airflow")
+    return result
+
+
+def _epoch(value: Any) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def _allowed(region: str | None, datasets: Iterable[str], allowed: Mapping[str, list[str] | None]) -> bool:
+    for dataset in datasets:
+        regions = allowed.get(dataset)
+        if regions is not None and region not in regions:
+            return False
+    return True
+
+
+def _explain(
+    exp: Expectation,
+    pods: list[PodRun],
+    marked: bool,
+    regions: Mapping[str, str],
+    allowed: Mapping[str, list[str] | None],
+) -> str | None:
+    if marked:
+        return "marked failed from the REST API by the soak (a fault)"
+    own = [p for p in pods if p.outcome == "failed" and p.exit_code not in (None, 0)]
+    if exp.expect == "exit" and own and all(p.exit_code == exp.exit_code for p in own):
+        return f"its own exit code {exp.exit_code} ({len(own)} pod(s): {own[-1].cluster}/{own[-1].name})"
+    if exp.expect == "wait-timeout" and not any(p.ran for p in pods):
+        where = sorted(c for c, r in regions.items() if _allowed(r, exp.datasets, allowed))
+        return f"its wait timed out on purpose: no pod ran; its only allowed cluster(s) {where} had no room"
+    return None
+
+
+def _last_error(log: str) -> str:
+    """The last line of a log that reports an error (``ERROR ...``, an exception name), else its last line."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for marker in ("ERROR ", "FederationError", "AirflowException", "Error", "Traceback"):
+        hits = [line for line in lines if marker in line]
+        if hits:
+            return hits[-1][:400]
+    return lines[-1][:400] if lines else ""

@@ -1,0 +1,409 @@
+"""Faults on a schedule while the soak runs, and the injector that applies them.
+
+Times are seconds after the DAG run was triggered. A fault that needs a target (a running pod, a task
+whose worker is attached) looks for one for up to a minute and is recorded as skipped if none shows up;
+only applied faults count. Each fault that lasts (latency, a node NotReady, a filled quota, a stopped
+worker) is undone by the injector at its end time; a cluster ``down`` comes back by itself (the sim's
+``seconds`` argument).
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import os
+import random
+import signal
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from soak.clusters import ClusterError, Clusters
+from soak.deployment import Airflow
+from soak.load import NAMESPACE, TASK_LABEL, VAULT_NAMESPACE, Manifest, Profile
+
+TARGET_PATIENCE = 60.0
+QUOTA_NAME = "soak-quota-fill"
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FaultRecord:
+    kind: str
+    scheduled: float
+    applied_at: float | None = None
+    ended_at: float | None = None
+    target: str = ""
+    detail: str = ""
+    skipped: str = ""
+    task: tuple[str, int] | None = None
+    """The task instance the fault acted on directly (marked failed, its worker killed), if any."""
+
+    def line(self) -> str:
+        when = f"t={self.applied_at:.0f}s" if self.applied_at is not None else f"t={self.scheduled:.0f}s"
+        what = f"skipped: {self.skipped}" if self.skipped else self.detail
+        return f"fault {when} {self.kind} {self.target}: {what}"
+
+
+def schedule(profile: Profile, executor: str) -> list[Fault]:
+    grace = profile.unreachable_grace
+    if profile.faults == "ci":
+        return [
+            Fault(45, "down", {"cluster": "east-a", "seconds": round(grace * 2.5)}),
+            Fault(70, "kill-supervisor"),
+            Fault(95, "restart-triggerer"),
+            Fault(120, "mark-failed"),
+        ]
+    faults = [
+        Fault(0, "quota-fill", {"cluster": "south", "namespace": VAULT_NAMESPACE, "cpu": "2"}),
+        Fault(50, "fail", {"cluster": "east-a", "status": 503, "times": 25}),
+        Fault(65, "latency", {"cluster": "east-b", "seconds": 2.0, "duration": 40}),
+        Fault(80, "down", {"cluster": "north", "seconds": round(grace * 0.4)}),
+        Fault(110, "evict", {"preemptible": True}),
+        Fault(125, "evict", {"preemptible": False}),
+        Fault(140, "node-not-ready", {"cluster": "west", "duration": 90}),
+        Fault(165, "kill-supervisor"),
+        Fault(190, "restart-triggerer"),
+        Fault(215, "mark-failed"),
+        Fault(240, "down", {"cluster": "east-a", "seconds": round(grace * 2.5)}),
+        Fault(275, "quota-fill", {"cluster": "east-b", "namespace": NAMESPACE, "duration": 80}),
+        Fault(300, "fail", {"cluster": "west", "status": 500, "times": 15}),
+        Fault(310, "latency", {"cluster": "north", "seconds": 1.5, "duration": 30}),
+    ]
+    if executor == "celery":
+        faults.append(Fault(330, "kill-worker", {"worker": "worker-1", "pause": 20}))
+    return faults
+
+
+def find_task_process(ti_id: str) -> int | None:
+    """The task process of a task instance (its title is ``airflow worker -- <ti id>``)."""
+    wanted = f"airflow worker -- {ti_id}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip().startswith(wanted):
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+class Injector:
+    """Applies a fault schedule in a background thread, relative to ``t0`` (monotonic)."""
+
+    def __init__(
+        self,
+        faults: list[Fault],
+        clusters: Clusters,
+        airflow: Airflow,
+        manifest: Manifest,
+        run_id: str,
+        t0: float,
+        seed: int = 7,
+    ) -> None:
+        self.clusters, self.airflow, self.manifest, self.run_id, self.t0 = (
+            clusters,
+            airflow,
+            manifest,
+            run_id,
+            t0,
+        )
+        self.records: list[FaultRecord] = []
+        self._queue: list[tuple[float, int, Callable[[], None]]] = []
+        self._counter = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._rng = random.Random(seed)
+        self._thread = threading.Thread(target=self._loop, name="soak-faults", daemon=True)
+        for fault in faults:
+            record = FaultRecord(fault.kind, fault.at)
+            self.records.append(record)
+            self._at(fault.at, functools.partial(self._apply, fault, record, fault.at + TARGET_PATIENCE))
+        self.errors: list[str] = []
+
+    # -- timeline ----------------------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _at(self, when: float, action: Callable[[], None]) -> None:
+        with self._lock:
+            self._counter += 1
+            heapq.heappush(self._queue, (when, self._counter, action))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                due = self._queue[0][0] <= self.now() if self._queue else False
+                action = heapq.heappop(self._queue)[2] if due else None
+            if action is None:
+                self._stop.wait(0.5)
+                continue
+            try:
+                action()
+            except Exception as exc:  # a fault that breaks must not stop the others
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def finish(self) -> None:
+        """Undo whatever is still in effect (run every pending end action now) and stop the thread."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        with self._lock:
+            pending = [a for _, _, a in sorted(self._queue)]
+            self._queue.clear()
+        for action in pending:
+            try:
+                action()
+            except Exception as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    @property
+    def applied(self) -> list[FaultRecord]:
+        return [r for r in self.records if r.applied_at is not None]
+
+    # -- faults ------------------------------------------------------------------------------------------
+    def _apply(self, fault: Fault, record: FaultRecord, give_up: float) -> None:
+        if self._stop.is_set():
+            record.skipped = "the run ended first"
+            return
+        handler = getattr(self, "_" + fault.kind.replace("-", "_"))
+        outcome = handler(record, **fault.args)
+        if outcome is False:  # refused: the record says why
+            return
+        if outcome is None:  # no target yet: try again shortly
+            if self.now() < give_up:
+                self._at(self.now() + 3, lambda: self._apply(fault, record, give_up))
+            else:
+                record.skipped = record.skipped or "no target showed up"
+            return
+        record.applied_at = self.now()
+        print(record.line(), flush=True)
+
+    def _end(self, record: FaultRecord, after: float, undo: Callable[[], None]) -> None:
+        def run() -> None:
+            undo()
+            record.ended_at = self.now()
+
+        self._at(self.now() + after, run)
+
+    def _fail(self, record: FaultRecord, cluster: str, status: int, times: int) -> bool:
+        self.clusters.fault(cluster, "fail", status=status, times=times)
+        record.target, record.detail = cluster, f"the next {times} API requests answer {status}"
+        return True
+
+    def _latency(self, record: FaultRecord, cluster: str, seconds: float, duration: float) -> bool:
+        self.clusters.fault(cluster, "latency", seconds=seconds)
+        self._end(record, duration, lambda: self.clusters.fault(cluster, "latency", seconds=0))
+        record.target, record.detail = cluster, f"{seconds:g}s added to every API answer for {duration:g}s"
+        return True
+
+    def _down(self, record: FaultRecord, cluster: str, seconds: float) -> bool:
+        self.clusters.fault(cluster, "down", seconds=seconds)
+        record.ended_at = self.now() + seconds
+        grace = self.manifest.unreachable_grace
+        relation = "shorter" if seconds < grace else "longer"
+        record.target = cluster
+        record.detail = f"API refuses connections for {seconds:g}s ({relation} than the {grace:g}s grace)"
+        return True
+
+    def _quota_fill(
+        self,
+        record: FaultRecord,
+        cluster: str,
+        namespace: str,
+        cpu: str | None = None,
+        duration: float | None = None,
+    ) -> bool:
+        """Another tenant's job takes the namespace's quota: ``cpu`` given, a filler pod takes that much of
+        a quota of that size; otherwise the quota is set to 1 cpu, below what the namespace already uses."""
+        hard = cpu or "1"
+        self.clusters.create(
+            cluster,
+            namespace,
+            "resourcequotas",
+            {"metadata": {"name": QUOTA_NAME}, "spec": {"hard": {"requests.cpu": hard, "pods": "50"}}},
+        )
+        if cpu:
+            self.clusters.create(
+                cluster,
+                namespace,
+                "pods",
+                {
+                    "metadata": {
+                        "name": "other-team-job",
+                        "annotations": {"sim.fedsched.io/duration": "36000"},
+                    },
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
+                        ],
+                    },
+                },
+            )
+
+        def release() -> None:
+            if cpu:
+                self.clusters.delete(cluster, namespace, "pods", "other-team-job")
+            self.clusters.delete(cluster, namespace, "resourcequotas", QUOTA_NAME)
+
+        self._end(record, duration if duration is not None else 10**6, release)
+        record.target = f"{cluster}/{namespace}"
+        held = f"for {duration:g}s" if duration is not None else "for the whole run"
+        record.detail = (
+            f"another team's {cpu}-cpu job fills the {cpu}-cpu quota {held}"
+            if cpu
+            else f"quota lowered to {hard} cpu, below what the namespace uses, {held}"
+        )
+        return True
+
+    def _running_pods(
+        self, predicate: Callable[[dict[str, Any]], bool] = lambda _: True
+    ) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for cluster in self.clusters.names:
+            try:
+                pods = self.clusters.pods(cluster, selector=TASK_LABEL)
+            except ClusterError:
+                continue  # down or failing right now: not a target
+            for pod in pods:
+                deleting = pod["metadata"].get("deletionTimestamp")
+                if pod.get("status", {}).get("phase") == "Running" and not deleting and predicate(pod):
+                    out.append((cluster, pod))
+        return out
+
+    def _group_of(self, pod: dict[str, Any]) -> dict[str, Any]:
+        return self.manifest.group(pod["metadata"]["labels"][TASK_LABEL].rsplit(".", 1)[0])
+
+    def _evict(self, record: FaultRecord, preemptible: bool) -> bool | None:
+        candidates = self._running_pods(lambda p: self._group_of(p)["preemptible"] == preemptible)
+        if not candidates:
+            return None
+        cluster, pod = self._rng.choice(candidates)
+        meta = pod["metadata"]
+        self.clusters.fault(cluster, "evict", namespace=meta["namespace"], name=meta["name"])
+        kind = "preemptible" if preemptible else "non-preemptible"
+        record.target = f"{cluster}/{meta['namespace']}/{meta['name']}"
+        record.detail = f"node-pressure eviction of a Running {kind} pod ({meta['labels'][TASK_LABEL]})"
+        return True
+
+    def _node_not_ready(self, record: FaultRecord, cluster: str, duration: float) -> bool | None:
+        busy: dict[str, int] = {}
+        for c, pod in self._running_pods():
+            if c == cluster and pod["spec"].get("nodeName"):
+                busy[pod["spec"]["nodeName"]] = busy.get(pod["spec"]["nodeName"], 0) + 1
+        if not busy:
+            return None
+        node = max(busy, key=lambda n: busy[n])
+        self.clusters.fault(cluster, "node-not-ready", node=node)
+        self._end(record, duration, lambda: self.clusters.fault(cluster, "node-ready", node=node))
+        record.target = f"{cluster}/{node}"
+        record.detail = (
+            f"kubelet stops reporting for {duration:g}s with {busy[node]} soak pod(s) Running on it"
+        )
+        return True
+
+    def _running_task(self, deferrable: bool | None) -> tuple[dict[str, Any], str, dict[str, Any]] | None:
+        """A task instance in state running whose pod is Running (its worker attached, for sync tasks)."""
+        pods = {p["metadata"]["labels"][TASK_LABEL]: (c, p) for c, p in self._running_pods()}
+        tis = [
+            ti
+            for ti in self.airflow.api.task_instances(self.manifest.dag_id, self.run_id)
+            if ti["state"] in ("running", "deferred")
+            and f"{ti['task_id']}.{ti['map_index']}" in pods
+            and self.manifest.group(ti["task_id"])["expect"] == "succeed"
+            and (deferrable is None or self.manifest.group(ti["task_id"])["deferrable"] == deferrable)
+            and (deferrable is not False or ti["state"] == "running")
+        ]
+        if not tis:
+            return None
+        ti = self._rng.choice(tis)
+        cluster, pod = pods[f"{ti['task_id']}.{ti['map_index']}"]
+        return ti, cluster, pod
+
+    def _kill_supervisor(self, record: FaultRecord) -> bool | None:
+        found = self._running_task(deferrable=False)
+        if found is None:
+            return None
+        ti, cluster, pod = found
+        task_pid = find_task_process(ti["id"])
+        supervisor = parent_pid(task_pid) if task_pid else None
+        if supervisor is None:
+            return None
+        os.kill(supervisor, signal.SIGKILL)
+        record.task = (ti["task_id"], ti["map_index"])
+        record.target = f"{ti['task_id']}[{ti['map_index']}] try {ti['try_number']}"
+        record.detail = (
+            f"SIGKILL to its supervisor (pid {supervisor}; task process {task_pid} orphaned) while its pod "
+            f"{cluster}/{pod['metadata']['name']} runs"
+        )
+        return True
+
+    def _kill_worker(self, record: FaultRecord, worker: str, pause: float) -> bool:
+        process = self.airflow.processes[worker]
+        assert process.popen is not None
+        os.killpg(process.popen.pid, signal.SIGKILL)
+        process.popen.wait(timeout=30)
+
+        def restart() -> None:
+            process.restarts += 1
+            process.start()
+
+        self._end(record, pause, restart)
+        record.target = worker
+        record.detail = f"SIGKILL to the whole Celery worker (main and pool processes), back after {pause:g}s"
+        return True
+
+    def _restart_triggerer(self, record: FaultRecord) -> bool | None:
+        deferred = sum(
+            ti["state"] == "deferred"
+            for ti in self.airflow.api.task_instances(self.manifest.dag_id, self.run_id)
+        )
+        if not deferred:  # a restart with nothing deferred tests nothing: wait for deferred tasks
+            return None
+        self.airflow.restart("triggerer")
+        record.target = "triggerer"
+        record.detail = f"SIGTERM, then started again ({deferred} task(s) deferred at the time)"
+        return True
+
+    def _mark_failed(self, record: FaultRecord) -> bool | None:
+        found = self._running_task(deferrable=None)
+        if found is None:
+            return None
+        ti, cluster, pod = found
+        run = urllib.parse.quote(self.run_id, safe="")
+        path = (
+            f"/api/v2/dags/{self.manifest.dag_id}/dagRuns/{run}/taskInstances/"
+            f"{ti['task_id']}/{ti['map_index']}"
+        )
+        status, body = self.airflow.api.request("PATCH", path, {"new_state": "failed"})
+        if status != 200:
+            record.skipped = f"PATCH answered {status}: {str(body)[:200]}"
+            return False
+        record.task = (ti["task_id"], ti["map_index"])
+        record.target = f"{ti['task_id']}[{ti['map_index']}] try {ti['try_number']} ({ti['state']})"
+        record.detail = (
+            f"marked failed through the REST API while its pod {cluster}/{pod['metadata']['name']} runs"
+        )
+        return True

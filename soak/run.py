@@ -1,0 +1,289 @@
+"""The soak driver: services, simulated federation, Airflow, the load, the faults, then the audit.
+
+``python -m soak --profile full|ci --executor local|celery`` ends with one line, ``soak: executor=E
+tasks=N succeeded=N failed=N lost=N duplicates=N leaked=N sovereignty_violations=N faults=N minutes=M``,
+and exits 0 only when nothing was lost, ran twice, was left behind or misplaced, every failure is
+explained and every scheduled fault was applied. Everything it wrote (each process's log, the manifest,
+the journals, ``result.json``) stays in ``.soak/<profile>-<executor>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from soak import tasklogs
+from soak.audit import Audit, Expectation, TaskKey, audit
+from soak.clusters import ClusterError, Clusters
+from soak.deployment import REPO, Airflow, session_cpu_seconds
+from soak.faults import Injector, schedule
+from soak.load import (
+    DAG_ID,
+    PROFILES,
+    TASK_LABEL,
+    Manifest,
+    Profile,
+    allowed_regions,
+    manifest,
+    regions,
+    sim_config,
+)
+from soak.services import Postgres, postgres, redis
+
+SETTLE_SECONDS = 60.0
+"""After the run ends, how long pods may take to leave the clusters before they count as left behind."""
+
+
+def log(message: str) -> None:
+    print(f"[soak] {message}", flush=True)
+
+
+def key_of(labels: Mapping[str, str]) -> TaskKey | None:
+    value = labels.get(TASK_LABEL)
+    if not value or "." not in value:
+        return None
+    task_id, _, index = value.rpartition(".")
+    return (task_id, int(index))
+
+
+def expectations(plan: Manifest) -> list[Expectation]:
+    return [
+        Expectation(
+            t.task_id,
+            t.map_index,
+            tuple(t.datasets),
+            bool(plan.group(t.task_id)["preemptible"]),
+            t.expect,
+            t.exit_code,
+        )
+        for t in plan.tasks
+    ]
+
+
+def progress(airflow: Airflow, run_id: str) -> str:
+    try:
+        states = Counter(str(ti["state"]) for ti in airflow.api.task_instances(DAG_ID, run_id))
+    except Exception as exc:  # the API server may be busy; progress is only informative
+        return f"(task states unavailable: {exc})"
+    return " ".join(f"{state} {count}" for state, count in sorted(states.items()))
+
+
+def pods_left(clusters: Clusters) -> int | None:
+    total = 0
+    for cluster in clusters.names:
+        try:
+            total += len(clusters.pods(cluster, selector=TASK_LABEL))
+        except ClusterError:
+            return None
+    return total
+
+
+def archive(work: Path, keep: int = 6) -> None:
+    """Move the previous run of this profile and executor to ``.soak/history/`` (the last ``keep`` stay)."""
+    if not work.exists():
+        return
+    history = work.parent / "history"
+    history.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(work.stat().st_mtime))
+    shutil.move(str(work), str(history / f"{stamp}-{work.name}"))
+    for old in sorted(history.iterdir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def maybe_redis(executor: str, work: Path) -> Iterator[Any]:
+    if executor != "celery":
+        yield None
+        return
+    with redis(work) as server:
+        yield server
+
+
+def soak(profile: Profile, executor: str, work: Path) -> int:
+    started = time.monotonic()
+    archive(work)
+    work.mkdir(parents=True)
+    plan = manifest(profile)
+    manifest_path = work / "manifest.json"
+    manifest_path.write_text(plan.to_json())
+    log(
+        f"profile {profile.name}: {profile.tasks} tasks over 5 clusters, executor {executor}; work dir {work}"
+    )
+    clusters = Clusters(work / "sim", sim_config())
+    airflow: Airflow | None = None
+    with postgres(work) as pg, maybe_redis(executor, work) as broker:
+        log(f"PostgreSQL on 127.0.0.1:{pg.port}" + (f", Redis on 127.0.0.1:{broker.port}" if broker else ""))
+        try:
+            clusters.start()
+            log("simulated federation up: " + ", ".join(f"{n} {u}" for n, u in clusters.urls.items()))
+            airflow = Airflow(
+                home=work / "airflow",
+                executor=executor,
+                postgres=pg,
+                redis=broker,
+                sim_env=clusters.airflow_env(),
+                federation=clusters.federation,
+                kubeconfig=clusters.kubeconfig,
+                manifest=manifest_path,
+                parallelism=profile.parallelism,
+                celery_concurrency=profile.celery_concurrency,
+            )
+            airflow.migrate()
+            log(f"metadata database migrated ({time.monotonic() - started:.0f}s)")
+            airflow.start()
+            airflow.wait_ready(DAG_ID)
+            log(f"Airflow up: {', '.join(airflow.processes)} ({time.monotonic() - started:.0f}s)")
+            run_id = airflow.trigger(DAG_ID)
+            t0, wall0 = time.monotonic(), time.time()
+            log(f"triggered {DAG_ID} run {run_id}")
+            injector = Injector(schedule(profile, executor), clusters, airflow, plan, run_id, t0)
+            injector.start()
+            deadline = t0 + profile.deadline_minutes * 60
+            state, last_progress = None, 0.0
+            while time.monotonic() < deadline:
+                state = airflow.run_state(DAG_ID, run_id)
+                if state in ("success", "failed"):
+                    break
+                if time.monotonic() - last_progress >= 30:
+                    last_progress = time.monotonic()
+                    log(f"t={last_progress - t0:.0f}s {progress(airflow, run_id)}")
+                time.sleep(3)
+            run_minutes = (time.monotonic() - t0) / 60
+            log(f"run ended: {state} after {run_minutes:.1f} min; {progress(airflow, run_id)}")
+            cpu = airflow.cpu_seconds()
+            if clusters.process is not None:
+                cpu["simulated clusters"] = session_cpu_seconds(clusters.process.pid)
+            log("CPU seconds used: " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in cpu.items()))
+            injector.finish()
+            for record in injector.records:
+                if record.applied_at is None:
+                    print(record.line(), flush=True)
+            for error in injector.errors:
+                log(f"fault injector error: {error}")
+            settle_until = time.monotonic() + SETTLE_SECONDS
+            while (left := pods_left(clusters)) != 0 and time.monotonic() < settle_until:
+                time.sleep(2)
+            log(f"pods of the load still in the clusters after settling: {left}")
+            result = collect_and_audit(clusters, airflow, plan, run_id, injector, wall0)
+            figures = [
+                tasklogs.summary(tasklogs.decision_seconds(airflow.home / "logs")),
+                database_figures(pg),
+            ]
+            minutes = (time.monotonic() - started) / 60
+            write_result(work, profile, executor, result, injector, minutes, state, cpu, figures)
+            for line in result.lines():
+                print(line)
+            for line in figures:
+                print(line, flush=True)
+            print(result.summary(executor, len(injector.applied), minutes), flush=True)
+            return 0 if result.clean and len(injector.applied) == len(injector.records) else 1
+        finally:
+            if airflow is not None:
+                airflow.stop()
+            clusters.stop()
+
+
+def database_figures(pg: Postgres) -> str:
+    """What the provider left in the metadata database: shared-state Variables and XComs (informational)."""
+    import psycopg2
+
+    with (
+        contextlib.closing(
+            psycopg2.connect(
+                host=pg.host, port=pg.port, user=pg.user, password=pg.password, dbname=pg.database
+            )
+        ) as connection,
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("SELECT count(*), coalesce(sum(length(val)), 0) FROM variable")
+        variables, variable_bytes = cursor.fetchone()
+        cursor.execute(
+            "SELECT count(*), coalesce(sum(octet_length(value::text)), 0), "
+            "coalesce(max(octet_length(value::text)), 0) FROM xcom"
+        )
+        xcoms, xcom_bytes, largest = cursor.fetchone()
+    return (
+        f"metadata database: {variables} Variables ({variable_bytes / 1e6:.1f} MB), {xcoms} XComs "
+        f"({xcom_bytes / 1e6:.1f} MB, largest {largest / 1e3:.0f} KB)"
+    )
+
+
+def collect_and_audit(
+    clusters: Clusters, airflow: Airflow, plan: Manifest, run_id: str, injector: Injector, origin: float
+) -> Audit:
+    journals = []
+    for cluster in clusters.names:
+        journal = clusters.journal(cluster, selector=TASK_LABEL)
+        journals.append(journal)
+        (clusters.state_dir / f"journal-{cluster}.json").write_text(json.dumps(journal, indent=1))
+    tis = airflow.api.task_instances(DAG_ID, run_id)
+    (airflow.home / "task_instances.json").write_text(json.dumps(tis, indent=1))
+    tries = {(ti["task_id"], ti["map_index"]): int(ti.get("try_number") or 1) for ti in tis}
+
+    def logs(key: TaskKey) -> str:
+        return airflow.api.task_log(DAG_ID, run_id, key[0], key[1], tries.get(key, 1))
+
+    return audit(
+        journals,
+        tis,
+        expectations(plan),
+        regions(),
+        allowed_regions(),
+        key_of,
+        marked_failed=[r.task for r in injector.applied if r.kind == "mark-failed" and r.task],
+        logs=logs,
+        origin=origin,
+    )
+
+
+def write_result(
+    work: Path,
+    profile: Profile,
+    executor: str,
+    result: Audit,
+    injector: Injector,
+    minutes: float,
+    state: str | None,
+    cpu: dict[str, float],
+    figures: list[str],
+) -> None:
+    (work / "result.json").write_text(
+        json.dumps(
+            {
+                "summary": result.summary(executor, len(injector.applied), minutes),
+                "profile": profile.name,
+                "executor": executor,
+                "run_state": state,
+                "faults": [r.line() for r in injector.records],
+                "findings": [f.line() for f in result.findings],
+                "overcommits": result.overcommits,
+                "unexplained": result.unexplained,
+                "cpu_seconds": cpu,
+                "figures": figures,
+            },
+            indent=1,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
+    parser.add_argument("--executor", choices=("local", "celery"), default="local")
+    parser.add_argument("--work", type=Path, help="work directory (default .soak/<profile>-<executor>)")
+    args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
+    work = args.work or REPO / ".soak" / f"{profile.name}-{args.executor}"
+    return soak(profile, args.executor, work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

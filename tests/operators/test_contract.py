@@ -1,0 +1,194 @@
+"""The delivery contract when a pod's cluster stops answering (docs/operator.md), sync and deferrable.
+
+Real Airflow (``dag.test``), real clients over HTTP, the simulated federation; the cluster's API server
+stops listening (connection refused) for a while. A task that is not preemptible waits up to its
+``unreachable_grace`` and reattaches, adopting a pod that finished meanwhile; past the grace it fails the
+try and never starts its work a second time. A preemptible task moves at once and fences its old pod.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_fedsched.hooks.federation import FederationHook
+from airflow_provider_fedsched.sim import SimFederation, wait_for
+from tests.operators.test_federated_operator import path, pod_creates, pods_of, run
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+MODES = ["sync", "deferrable"]
+
+
+def pod_of(fed: SimFederation, dag_id: str, cluster: str, phase: str) -> dict[str, Any] | None:
+    for pod in fed[cluster].pods():
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
+            return pod
+    return None
+
+
+class Outage:
+    """Takes ``cluster`` down once the task's pod reaches ``phase``, for ``seconds``, in the background."""
+
+    def __init__(self, fed: SimFederation, dag_id: str, cluster: str, phase: str, seconds: float) -> None:
+        self.fed, self.dag_id, self.cluster, self.phase, self.seconds = fed, dag_id, cluster, phase, seconds
+        self.down_at: float | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        wait_for(lambda: pod_of(self.fed, self.dag_id, self.cluster, self.phase), timeout=120, interval=0.05)
+        self.fed[self.cluster].faults.down()
+        self.down_at = time.monotonic()
+        time.sleep(self.seconds)
+        self.fed[self.cluster].faults.up()
+
+    def __enter__(self) -> Outage:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.join(timeout=180)
+        self.fed[self.cluster].faults.up()
+
+
+@pytest.fixture
+def creates(sim_federation: SimFederation) -> Iterator[Callable[[], int]]:
+    before = pod_creates(sim_federation)
+    yield lambda: pod_creates(sim_federation) - before
+
+
+def sweep_orphans() -> None:
+    """The next snapshot of a cluster that answers again deletes the pods written down as orphans."""
+    FederationHook().collect()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_outage_while_running_shorter_than_the_grace_reattaches(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
+) -> None:
+    dag_id = f"fed_outage_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=2):
+        state, record, _ = run(dag_id)
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1  # reattached to the one pod, never started a second
+    assert pods_of(sim_federation, dag_id) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_outage_while_pending_shorter_than_the_grace_reattaches(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
+) -> None:
+    dag_id = f"fed_outage_{mode}"
+    east = sim_federation["east-cpu"]
+    east.scheduler.pause()  # the pod stays Pending while its cluster is down
+    released = threading.Timer(4.0, east.scheduler.resume)
+    released.start()
+    try:
+        with Outage(sim_federation, dag_id, "east-cpu", "Pending", seconds=2):
+            state, record, _ = run(dag_id)
+    finally:
+        released.cancel()
+        east.scheduler.resume()
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_pod_that_succeeded_during_the_outage_is_adopted_never_rerun(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str, capfd: Any
+) -> None:
+    dag_id = f"fed_outage_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):  # the pod runs 4 s
+        state, record, _ = run(dag_id)
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
+    assert "work done" in capfd.readouterr().out  # its logs were read after the cluster came back
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_outage_longer_than_the_grace_fails_the_try_and_never_runs_the_work_twice(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
+) -> None:
+    dag_id = f"fed_outage_lost_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=12):
+        state, record, _ = run(dag_id)
+        assert state == "failed" and record is not None
+        assert creates() == 1  # west-general was allowed, but the work was not started there
+    (attempt,) = record["attempts"]
+    assert (attempt["cluster"], attempt["outcome"]) == ("east-cpu", "lost")
+    assert "connection refused at http://127.0.0.1" in attempt["reason"]
+    assert "not started elsewhere" in record["reason"]
+    # Written down, then deleted by the first snapshot that finds the cluster answering again.
+    assert FederationHook().orphans("east-cpu") == [(attempt["namespace"], attempt["pod"])]
+    sweep_orphans()
+    assert FederationHook().orphans("east-cpu") == []
+    assert pods_of(sim_federation, dag_id) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_preemptible_task_moves_at_once_and_fences_its_old_pod(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str, capfd: Any
+) -> None:
+    dag_id = f"fed_outage_preemptible_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=20) as outage:
+        state, record, _ = run(dag_id)
+        moved_at = time.monotonic()
+        assert state == "success" and record is not None
+        assert path(record) == [("east-cpu", "unreachable"), ("west-general", "succeeded")]
+        assert creates() == 2
+        first, second = record["attempts"]
+        assert second["resumed_from_checkpoint"] is True
+        assert "attempt 2 resume=true" in capfd.readouterr().out
+        # Noticed within seconds of the first failed call, and the record says so in wall-clock time.
+        failover = record["failover_seconds"]
+        assert 0 < failover <= 5.0, failover
+        seen = datetime.fromisoformat(second["started_at"]) - datetime.fromisoformat(first["failed_at"])
+        assert abs(seen.total_seconds() - failover) < 0.01
+        assert outage.down_at is not None and failover <= moved_at - outage.down_at
+    sweep_orphans()  # the old pod is fenced: deleted once its cluster answers again
+    assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_waiting_try_shows_on_the_federation_page_while_it_waits(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """The page's API lists the try as waiting, since when and why, before the try ends."""
+    from airflow.utils.session import create_session
+
+    from airflow_provider_fedsched.plugins import history
+
+    seen: list[dict[str, Any]] = []
+
+    def watch_page() -> None:
+        def live_row() -> dict[str, Any] | None:
+            with create_session() as session:
+                rows = history.list_placements(session, history.PlacementFilter(dag_id="fed_wait_timeout"))
+            return next((r for r in rows if r.get("live")), None)
+
+        seen.append(wait_for(live_row, timeout=60, interval=0.1))
+
+    watcher = threading.Thread(target=watch_page, daemon=True)
+    sim_federation["west-general"].faults.down()
+    try:
+        watcher.start()
+        state, record, _ = run("fed_wait_timeout")
+    finally:
+        sim_federation["west-general"].faults.up()
+        watcher.join(timeout=60)
+
+    assert state == "failed" and record is not None and seen
+    live = seen[0]["live"]
+    assert live["state"] == "waiting" and "west-general" in live["why"]
+    assert datetime.fromisoformat(live["since"]) <= datetime.fromisoformat(record["ended_at"])

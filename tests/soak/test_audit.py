@@ -1,0 +1,274 @@
+"""The soak's auditor: counts from the clusters' own journals and Airflow's task states.
+
+Synthetic journals pin each rule; one test audits a real simulated cluster's journal over HTTP, as the
+soak does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from airflow_provider_fedsched.sim import SimFederation, wait_for
+from soak.audit import Expectation, TaskKey, audit
+from soak.clusters import Clusters
+from soak.run import key_of
+
+REGIONS = {"east": "cn-east-1", "west": "eu-west-1"}
+ALLOWED = {"cn-data": ["cn-east-1"], "open": None}
+LABEL = "fedsched-soak/task"
+
+
+def pod(
+    key: str,
+    start: float | None,
+    end: float | None,
+    outcome: str | None,
+    cluster: str = "east",
+    exit_code: int | None = None,
+    removed: float | None = 1000.0,
+    running: bool = False,
+    name: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "cluster": cluster,
+        "namespace": "soak",
+        "name": name or f"{key.replace('.', '-')}-{start}-{cluster}",
+        "uid": f"uid-{key}-{start}-{cluster}",
+        "labels": {LABEL: key},
+        "node": f"{cluster}-n1",
+        "created_at": (start or 1.0) - 1,
+        "started_at": start,
+        "ended_at": end,
+        "removed_at": removed,
+        "phase": {"succeeded": "Succeeded", None: "Running"}.get(outcome, "Failed"),
+        "outcome": outcome,
+        "exit_code": exit_code if exit_code is not None else (0 if outcome == "succeeded" else None),
+        "reason": "Evicted" if outcome == "evicted" else None,
+        "running": running,
+    }
+
+
+def journal(cluster: str, *pods: dict[str, Any], overcommits: list[Any] | None = None) -> dict[str, Any]:
+    return {
+        "cluster": cluster,
+        "observed_at": 2000.0,
+        "pods": list(pods),
+        "nodes": {f"{cluster}-n1": {"overcommits": overcommits or []}},
+    }
+
+
+def ti(task: str, index: int, state: str) -> dict[str, Any]:
+    return {"task_id": task, "map_index": index, "state": state, "try_number": 1}
+
+
+def run_audit(
+    journals: list[dict[str, Any]],
+    tis: list[dict[str, Any]],
+    expectations: list[Expectation],
+    marked: list[TaskKey] = (),  # type: ignore[assignment]
+    logs: Mapping[TaskKey, str] | None = None,
+) -> Any:
+    return audit(
+        journals,
+        tis,
+        expectations,
+        REGIONS,
+        ALLOWED,
+        key_of,
+        marked_failed=marked,
+        logs=(lambda key: (logs or {}).get(key, "")),
+    )
+
+
+def test_a_clean_run_counts_every_success() -> None:
+    result = run_audit(
+        [
+            journal("east", pod("t.0", 10, 20, "succeeded")),
+            journal("west", pod("t.1", 12, 30, "succeeded", "west")),
+        ],
+        [ti("t", 0, "success"), ti("t", 1, "success")],
+        [Expectation("t", 0), Expectation("t", 1)],
+    )
+    assert (result.tasks, result.succeeded, result.failed, result.lost) == (2, 2, 0, 0)
+    assert (result.duplicates, result.leaked, result.sovereignty_violations, result.overcommits) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert result.clean
+    assert result.summary("local", 3, 4.25) == (
+        "soak: executor=local tasks=2 succeeded=2 failed=0 lost=0 duplicates=0 leaked=0 "
+        "sovereignty_violations=0 faults=3 minutes=4.2"
+    )
+
+
+def test_two_pods_that_both_succeeded_are_a_duplicate_even_when_preemptible() -> None:
+    result = run_audit(
+        [
+            journal("east", pod("t.0", 10, 20, "succeeded")),
+            journal("west", pod("t.0", 30, 50, "succeeded", "west")),
+        ],
+        [ti("t", 0, "success")],
+        [Expectation("t", 0, preemptible=True)],
+    )
+    assert result.duplicates == 1 and not result.clean
+    (line,) = [f.line() for f in result.findings if f.kind == "duplicate"]
+    assert "both ran to Succeeded" in line and "east/soak/" in line and "west/soak/" in line
+
+
+def test_a_pod_started_after_the_result_was_known_is_a_duplicate() -> None:
+    result = run_audit(
+        [journal("east", pod("t.0", 10, 20, "succeeded"), pod("t.0", 25, 27, "deleted"))],
+        [ti("t", 0, "success")],
+        [Expectation("t", 0)],
+    )
+    assert result.duplicates == 1
+    assert "result was known" in result.findings[0].text
+
+
+def test_overlapping_copies_are_a_duplicate_only_when_not_preemptible() -> None:
+    journals = [
+        journal("east", pod("t.0", 10, 40, "deleted")),
+        journal("west", pod("t.0", 20, 50, "succeeded", "west")),
+    ]
+    plain = run_audit(journals, [ti("t", 0, "success")], [Expectation("t", 0)])
+    moved = run_audit(journals, [ti("t", 0, "success")], [Expectation("t", 0, preemptible=True)])
+    assert plain.duplicates == 1 and "same time" in plain.findings[0].text
+    assert moved.duplicates == 0 and moved.clean
+
+
+def test_a_pod_still_running_on_an_unreachable_node_overlaps_whatever_came_later() -> None:
+    journals = [
+        journal("east", pod("t.0", 10, None, "deleted", running=True)),
+        journal("west", pod("t.0", 500, 520, "succeeded", "west")),
+    ]
+    result = run_audit(journals, [ti("t", 0, "success")], [Expectation("t", 0)])
+    assert result.duplicates == 1 and result.leaked == 1
+    assert any("still running" in f.text for f in result.findings if f.kind == "leaked")
+
+
+def test_a_retry_after_an_eviction_or_own_failure_is_not_a_duplicate() -> None:
+    result = run_audit(
+        [
+            journal(
+                "east",
+                pod("t.0", 10, 15, "evicted"),
+                pod("t.0", 20, 30, "succeeded"),
+                pod("f.0", 10, 12, "failed", exit_code=3),
+                pod("f.0", 20, 22, "failed", exit_code=3),
+            )
+        ],
+        [ti("t", 0, "success"), ti("f", 0, "failed")],
+        [Expectation("t", 0), Expectation("f", 0, expect="exit", exit_code=3)],
+    )
+    assert (result.duplicates, result.succeeded, result.failed, result.unexplained) == (0, 1, 1, 0)
+    assert "its own exit code 3" in next(f.text for f in result.findings if f.kind == "failed")
+
+
+def test_leaks_sovereignty_and_overcommit() -> None:
+    over = [
+        {"at": 15.0, "resources": {"cpu": {"used": "3", "allocatable": "2"}}, "pods": ["soak/a", "soak/b"]}
+    ]
+    result = run_audit(
+        [
+            journal("east", pod("t.0", 10, 20, "succeeded", removed=None), overcommits=over),
+            journal("west", pod("t.1", 10, 20, "succeeded", "west")),
+        ],
+        [ti("t", 0, "success"), ti("t", 1, "success")],
+        [Expectation("t", 0), Expectation("t", 1, datasets=("cn-data", "open"))],
+    )
+    assert (result.leaked, result.sovereignty_violations, result.overcommits) == (1, 1, 1)
+    kinds = {f.kind: f.text for f in result.findings}
+    assert "still in the API" in kinds["leaked"]
+    assert "west (eu-west-1)" in kinds["sovereignty"] and "cn-east-1" in kinds["sovereignty"]
+    assert "east/east-n1" in kinds["overcommit"]
+
+
+def test_lost_tasks_and_explained_or_unexplained_failures() -> None:
+    result = run_audit(
+        [journal("east", pod("ok.0", 10, 20, "succeeded"), pod("marked.0", 10, 12, "deleted"))],
+        [
+            ti("ok", 0, "success"),
+            ti("ghost", 0, "success"),
+            ti("stuck", 0, "running"),
+            ti("marked", 0, "failed"),
+            ti("wait", 0, "failed"),
+            ti("odd", 0, "failed"),
+        ],
+        [
+            Expectation("ok", 0),
+            Expectation("ghost", 0),
+            Expectation("stuck", 0),
+            Expectation("never", 0),
+            Expectation("marked", 0),
+            Expectation("wait", 0, datasets=("cn-data",), expect="wait-timeout"),
+            Expectation("odd", 0),
+        ],
+        marked=[("marked", 0)],
+        logs={("odd", 0): "line\nFederationError: no cluster answered\n"},
+    )
+    assert (result.tasks, result.succeeded, result.failed, result.lost, result.unexplained) == (7, 1, 3, 3, 1)
+    lost = {f.task: f.text for f in result.findings if f.kind == "lost"}
+    assert "none of its pods ran to Succeeded" in lost[("ghost", 0)]
+    assert "'running'" in lost[("stuck", 0)] and "no task instance" in lost[("never", 0)]
+    failed = {f.task: f.text for f in result.findings if f.kind in ("failed", "unexplained")}
+    assert "REST API" in failed[("marked", 0)]
+    assert "wait timed out on purpose" in failed[("wait", 0)] and "['east']" in failed[("wait", 0)]
+    assert "FederationError: no cluster answered" in failed[("odd", 0)]
+    assert not result.clean
+
+
+def test_a_pod_running_long_after_its_task_ended_is_reported_but_does_not_fail_the_run() -> None:
+    ended_at = "1970-01-01T00:01:40Z"  # 100 s
+    result = run_audit(
+        [journal("east", pod("t.0", 10, 90, "succeeded"), pod("m.0", 10, 500, "deleted"))],
+        [
+            {**ti("t", 0, "success"), "end_date": ended_at},
+            {**ti("m", 0, "failed"), "end_date": ended_at},
+        ],
+        [Expectation("t", 0), Expectation("m", 0)],
+        marked=[("m", 0)],
+    )
+    (outlived,) = [f for f in result.findings if f.kind == "outlived"]
+    assert outlived.task == ("m", 0) and "ran 400s past the task's end (failed)" in outlived.text
+    assert result.clean
+
+
+@pytest.mark.integration
+def test_the_auditor_reads_a_simulated_clusters_journal_over_http(tmp_path: Any) -> None:
+    """Two pods of one task both run to Succeeded on a real simulated cluster: one duplicate; a third pod
+    that is never deleted is left behind; the auditor sees them through the control endpoint."""
+    config = {
+        "time_scale": 0.2,
+        "clusters": [{"name": "east", "region": "cn-east-1", "namespaces": ["soak"]}],
+    }
+    with SimFederation(config, state_dir=tmp_path / "sim") as fed:
+        east = fed["east"]
+        for name, key in (("first", "t.0"), ("second", "t.0"), ("left", "t.1")):
+            east.create_pod(
+                "soak",
+                {
+                    "metadata": {"name": name, "labels": {LABEL: key}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "base", "image": "busybox"}]},
+                },
+            )
+        for name in ("first", "second", "left"):
+            east.wait_for_phase("soak", name, "Succeeded")
+        for name in ("first", "second"):
+            east.delete_pod("soak", name)
+            east.wait_for_gone("soak", name)
+        clusters = Clusters(tmp_path / "sim", config)
+        clusters.control_url = fed.control_url
+        clusters.urls = {"east": east.url}
+        clusters.tokens = {"east": east.token}
+        report = wait_for(lambda: clusters.journal("east", selector=LABEL), message="journal")
+        result = run_audit(
+            [report],
+            [ti("t", 0, "success"), ti("t", 1, "success")],
+            [Expectation("t", 0), Expectation("t", 1)],
+        )
+    assert (result.pods, result.succeeded, result.duplicates, result.leaked) == (3, 2, 1, 1)

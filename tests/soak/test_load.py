@@ -1,0 +1,59 @@
+"""The soak's load and fault schedule cover what the soak promises (docs/reliability.md)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from airflow_provider_fedsched.federation.resources import parse_quantity
+from airflow_provider_fedsched.sim.config import parse_config
+from soak.faults import schedule
+from soak.load import CLUSTERS, PROFILES, Manifest, allowed_regions, manifest, regions, sim_config
+
+
+def test_the_full_load_is_at_least_200_mixed_tasks_far_above_capacity() -> None:
+    profile = PROFILES["full"]
+    plan = manifest(profile)
+    assert len(plan.tasks) == profile.tasks >= 200
+    kinds = Counter((g["deferrable"], g["preemptible"]) for g in plan.groups for _ in range(g["count"]))
+    assert set(kinds) == {(False, False), (False, True), (True, False), (True, True)}
+    sovereign = [t for t in plan.tasks if any(allowed_regions()[d] for d in t.datasets)]
+    assert 0.3 * len(plan.tasks) < len(sovereign) < 0.8 * len(plan.tasks)
+    slots = sum(c["nodes"] * parse_quantity(c["cpu"]) // 1000 for c in CLUSTERS)
+    assert len(CLUSTERS) == 5 and slots * 5 < len(plan.tasks)
+    assert Counter(t.expect for t in plan.tasks) == {"succeed": 192, "exit": 4, "wait-timeout": 4}
+
+
+def test_the_manifest_is_reproducible_and_round_trips() -> None:
+    first, second = manifest(PROFILES["ci"]), manifest(PROFILES["ci"])
+    assert first.to_json() == second.to_json()
+    assert Manifest.from_json(first.to_json()).tasks == first.tasks
+    assert len(first.tasks) == 40
+
+
+def test_the_simulated_federation_is_valid_and_every_dataset_region_has_a_cluster() -> None:
+    config = parse_config(sim_config())
+    assert [c.name for c in config.clusters] == [c["name"] for c in CLUSTERS]
+    for dataset, allowed in allowed_regions().items():
+        assert allowed is None or set(allowed) <= set(regions().values()), dataset
+
+
+@pytest.mark.parametrize("executor", ["local", "celery"])
+def test_the_full_schedule_has_every_fault_the_soak_promises(executor: str) -> None:
+    faults = schedule(PROFILES["full"], executor)
+    kinds = Counter(f.kind for f in faults)
+    for kind in ("down", "fail", "latency", "node-not-ready", "evict", "quota-fill", "kill-supervisor"):
+        assert kinds[kind] >= 1, kind
+    assert kinds["restart-triggerer"] == kinds["mark-failed"] == 1
+    grace = PROFILES["full"].unreachable_grace
+    outages = sorted(f.args["seconds"] for f in faults if f.kind == "down")
+    assert outages[0] < grace < outages[-1]
+    assert {f.args["preemptible"] for f in faults if f.kind == "evict"} == {True, False}
+    assert (kinds["kill-worker"] == 1) == (executor == "celery")
+
+
+def test_the_ci_schedule_has_four_faults() -> None:
+    faults = schedule(PROFILES["ci"], "local")
+    assert [f.kind for f in faults] == ["down", "kill-supervisor", "restart-triggerer", "mark-failed"]
+    assert faults[0].args["seconds"] > PROFILES["ci"].unreachable_grace
