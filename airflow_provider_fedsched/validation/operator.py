@@ -44,7 +44,9 @@ class OperatorArguments:
     expected_duration_seconds: float | None = None
     max_cluster_attempts: int = 3
     unschedulable_grace_seconds: float = 30.0
+    unreachable_grace_seconds: float = 300.0
     wait_timeout_seconds: float = 1800.0
+    cluster_selector: dict[str, str] = field(default_factory=dict)
 
 
 def check_names(value: Any, argument: str, *, limit: int, allow_none: bool = False) -> list[str] | None:
@@ -93,7 +95,9 @@ def check_operator_arguments(
     expected_duration: Any = None,
     max_cluster_attempts: Any = 3,
     unschedulable_grace_seconds: Any = 30.0,
+    unreachable_grace: Any = timedelta(minutes=5),
     wait_timeout: Any = timedelta(minutes=30),
+    cluster_selector: Any = None,
 ) -> OperatorArguments:
     """Every federation argument of the operator, checked; raises :class:`SpecError` naming the first bad one.
 
@@ -120,6 +124,15 @@ def check_operator_arguments(
     if checkpoint is not None and not isinstance(checkpoint, str):
         raise SpecError(f"checkpoint: expected a string (a path or URL), got {type(checkpoint).__name__}")
     expected = None if expected_duration is None else check_seconds(expected_duration, "expected_duration")
+    if cluster_selector is not None and not isinstance(cluster_selector, Mapping):
+        raise SpecError(
+            f"cluster_selector: expected a mapping of label to value, got {type(cluster_selector).__name__} "
+            f"{describe(cluster_selector)}"
+        )
+    selector = dict(cluster_selector or {})
+    for key, value in selector.items():
+        if not isinstance(key, str) or not key or not isinstance(value, str):
+            raise SpecError(f"cluster_selector: labels are strings (got {describe(key)}: {describe(value)})")
     return OperatorArguments(
         datasets=names,
         clusters=members,
@@ -133,5 +146,7 @@ def check_operator_arguments(
             max_cluster_attempts, "max_cluster_attempts", minimum=1, maximum=MAX_CLUSTER_ATTEMPTS
         ),
         unschedulable_grace_seconds=check_seconds(unschedulable_grace_seconds, "unschedulable_grace_seconds"),
+        unreachable_grace_seconds=check_seconds(unreachable_grace, "unreachable_grace"),
         wait_timeout_seconds=check_seconds(wait_timeout, "wait_timeout", maximum=MAX_SECONDS),
+        cluster_selector=selector,
     )
