@@ -33,6 +33,7 @@ __all__ = [
     "check_depth",
     "loads_bounded",
     "parse_model",
+    "parse_snapshot",
     "read_stored",
     "stored_time",
 ]
@@ -210,3 +211,14 @@ def check_depth(value: Any, max_depth: int = MAX_STORED_DEPTH, max_nodes: int = 
         if depth > max_depth:
             raise SpecError(f"document nested deeper than {max_depth} levels")
         stack.extend((child, depth + 1) for child in children)
+
+
+def parse_snapshot(raw: Any) -> Any:
+    """A stored ``ClusterSnapshot`` (JSON text or a decoded document), bounded in depth and size."""
+    from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
+
+    document = loads_bounded(raw) if isinstance(raw, str | bytes) else raw
+    check_depth(document, MAX_STORED_DEPTH)
+    if not isinstance(document, Mapping):
+        raise SpecError(f"expected a JSON object, got {type(document).__name__}")
+    return ClusterSnapshot.model_validate(document)
