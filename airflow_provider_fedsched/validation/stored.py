@@ -189,7 +189,11 @@ def loads_bounded(
     else:
         if brackets:
             raise SpecError(f"JSON document nested deeper than {max_depth} levels")
-    return json.loads(text)
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> Any:
+    raise SpecError(f"JSON has no {name} (a stored number must be finite)")
 
 
 def check_depth(value: Any, max_depth: int = MAX_STORED_DEPTH, max_nodes: int = MAX_STORED_NODES) -> None:
