@@ -68,7 +68,18 @@ def _request_resources(args: argparse.Namespace) -> dict[str, Any]:
     try:
         return parse_resource_list(quantities)
     except QuantityError as exc:
-        raise UsageError(f"request.resources.{exc}") from None
+        name = str(exc).split(":")[0]
+        option = _RESOURCE_OPTIONS.get(name, "--resource")
+        raise UsageError(f"{option}: request.resources.{exc}") from None
+
+
+_RESOURCE_OPTIONS = {
+    "cpu": "--cpu",
+    "memory": "--memory",
+    "nvidia.com/gpu": "--gpu",
+    "ephemeral-storage": "--ephemeral-storage",
+}
+"""The option a resource's quantity comes from, for the error message."""
 
 
 # The request field a command-line option fills: an error in the field names the option.
