@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from airflow_provider_fedsched.federation._loading import SpecError, spec_error
 from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, MAX_SECONDS
-from airflow_provider_fedsched.federation.resources import ResourceList, pod_requests
+from airflow_provider_fedsched.federation.resources import QuantityError, ResourceList, pod_requests
 from airflow_provider_fedsched.federation.spec import Namespace, Taint, TaintEffect
 
 __all__ = ["TaskRequest", "Toleration", "tolerates_all"]
@@ -129,8 +129,16 @@ class TaskRequest(BaseModel):
             for position, t in enumerate(pod_spec.get("tolerations") or [])
         ]
         try:
+            resources = pod_requests(pod_spec)
+        except QuantityError as exc:
+            raise SpecError(f"request.resources.{exc} (in the pod's containers or overhead)") from None
+        except (AttributeError, TypeError):
+            raise SpecError(
+                "request.resources: a container's resources must be a mapping of requests and limits"
+            ) from None
+        try:
             return cls(
-                resources=pod_requests(pod_spec),
+                resources=resources,
                 node_selector=dict(selector),
                 tolerations=[*tolerations, *federation_args.pop("tolerations", [])],
                 **federation_args,
