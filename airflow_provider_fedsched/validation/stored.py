@@ -10,6 +10,7 @@ that for any parser; the parsers below cover the kinds the provider stores. :fun
 from __future__ import annotations
 
 import json
+import math
 import logging
 import re
 import threading
@@ -189,11 +190,18 @@ def loads_bounded(
     else:
         if brackets:
             raise SpecError(f"JSON document nested deeper than {max_depth} levels")
-    return json.loads(text, parse_constant=_no_constant)
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
 
 
 def _no_constant(name: str) -> Any:
     raise SpecError(f"JSON has no {name} (a stored number must be finite)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise SpecError(f"the number {describe(text)} is beyond a float (a stored number must be finite)")
+    return value
 
 
 def check_depth(value: Any, max_depth: int = MAX_STORED_DEPTH, max_nodes: int = MAX_STORED_NODES) -> None:
