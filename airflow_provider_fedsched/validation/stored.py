@@ -10,8 +10,8 @@ that for any parser; the parsers below cover the kinds the provider stores. :fun
 from __future__ import annotations
 
 import json
-import math
 import logging
+import math
 import re
 import threading
 from collections import OrderedDict
