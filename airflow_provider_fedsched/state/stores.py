@@ -50,6 +50,10 @@ def _mapping(raw: Any) -> dict[str, Any]:
     return raw
 
 
+def _dict(raw: Any) -> dict[str, Any]:
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
 def _lease(raw: Any) -> tuple[str, datetime]:
     document = _mapping(raw)
     return str(document.get("owner")), stored_time(document.get("until"), "until")
@@ -95,13 +99,13 @@ class SnapshotStore(_Store):
         documents = {s.cluster: s.model_dump(mode="json") for s in snapshots}
         for cluster, document in documents.items():
             self.backend.set(self._key("snapshot", cluster), document)
-        index = dict(self.backend.get(f"{self.prefix}/snapshot-index") or {})
+        index = _dict(self.backend.get(f"{self.prefix}/snapshot-index"))  # a corrupted index is rebuilt
         for snapshot in snapshots:
             index[snapshot.cluster] = snapshot.observed_at.isoformat()
             self._decoded[(self.prefix, snapshot.cluster)] = snapshot
         self.backend.set(f"{self.prefix}/snapshot-index", index)
         if self.embed:
-            bundle = dict(self.backend.get(f"{self.prefix}/snapshot-bundle") or {})
+            bundle = _dict(self.backend.get(f"{self.prefix}/snapshot-bundle"))
             bundle.update(documents)
             self.backend.set(f"{self.prefix}/snapshot-bundle", bundle)
 
