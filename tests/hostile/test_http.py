@@ -162,3 +162,38 @@ def test_simulator_list_parameters_are_a_400(sim_server: tuple[str, str], query:
     url, token = sim_server
     outcome = run_bounded(lambda: _sim_get(f"{url}/api/v1/namespaces/default/pods?{query}", token))
     check(*outcome, "http", 400, culprit)
+
+
+@pytest.mark.parametrize(
+    "text", ["not json {", "[" * 5000 + "]" * 5000, '{"until": NaN}'], ids=["not JSON", "nested", "NaN"]
+)
+def test_a_corrupted_airflow_variable_is_logged_with_its_key_and_read_as_absent(
+    airflow_db: None, text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The deployment's real backend: one corrupted Variable under a cooldown key stops nothing."""
+    import logging
+
+    from airflow.models import Variable
+
+    from airflow_provider_fedsched.state import FederationState
+    from airflow_provider_fedsched.state.airflow import AirflowVariableStateBackend
+    from airflow_provider_fedsched.validation.stored import forget_logged
+
+    key = "fedsched/hostile-var/cooldown/eu-a"
+    Variable.set(key, text)
+    forget_logged()
+    state = FederationState(AirflowVariableStateBackend(), "hostile-var")
+
+    def read() -> Outcome:
+        with caplog.at_level(logging.WARNING):
+            found = [
+                state.cooldowns.in_force(["eu-a"], records.BASE_TIME),
+                state.cooldowns.get("eu-a", records.BASE_TIME),
+            ]
+        lines = [r.getMessage() for r in caplog.records if key in r.getMessage()]
+        return Outcome("read", found, lines[0] if len(lines) == 1 else str(lines))
+
+    try:
+        check(*run_bounded(read), "read", [{}, None], f"unreadable stored value under {key}")
+    finally:
+        Variable.delete(key)

@@ -315,3 +315,42 @@ def test_corrupted_stored_value_is_logged_once_with_its_key_and_read_as_absent(
         )
 
     check(*run_bounded(twice), "read", "absent", f"Ignoring unreadable stored value under {key}")
+
+
+@pytest.mark.parametrize(
+    "allocatable",
+    [{"cpu": "1e999999999"}, {"cpu": "lots"}, {"memory": "9" * 5000}, "x"],
+    ids=["cpu 1e999999999", "cpu lots", "memory 5000 digits", "a string"],
+)
+def test_a_member_node_advertising_nonsense_is_left_out_naming_it(
+    allocatable: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In the shared sensing loop: fast, and the cluster's other nodes still count."""
+    from airflow_provider_fedsched.kube.snapshots import condense
+
+    def node(name: str, capacity: Any) -> dict[str, Any]:
+        ready = [{"type": "Ready", "status": "True"}]
+        return {"metadata": {"name": name}, "status": {"allocatable": capacity, "conditions": ready}}
+
+    nodes = [node("bad", allocatable), node("good", {"cpu": "4", "memory": "8Gi"})]
+
+    def sense() -> Outcome:
+        with caplog.at_level(logging.WARNING):
+            snapshot = condense("eu-a", nodes, [], [], _now())
+        kept = [n.name for n in snapshot.nodes]
+        return Outcome("kept", kept, caplog.text)
+
+    check(*run_bounded(sense), "kept", ["good"], "cluster eu-a: node bad left out")
+
+
+@pytest.mark.parametrize(
+    ("url", "link"),
+    [("https://d/{cluster}/{namespace}/{pod}", "https://d/eu-a/ns/a%2Fb%3F"), (None, None)],
+)
+def test_the_dashboard_link_quotes_its_values(url: str | None, link: str | None) -> None:
+    spec = load_spec(
+        SPEC
+        if url is None
+        else SPEC.replace("region: eu-west-1}", f'region: eu-west-1, dashboard_url: "{url}"}}')
+    )
+    assert spec.cluster("eu-a").dashboard_link("ns", "a/b?") == link
