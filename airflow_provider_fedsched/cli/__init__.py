@@ -4,7 +4,8 @@ Each verb is a module of this package with an ``add_parser(subparsers)`` that re
 its handler; :data:`VERBS` lists them, one line per verb. Only the verb being run is imported (``fedsched
 place`` never loads Airflow or the Kubernetes clients), all of them only for ``fedsched --help`` or an
 unknown verb. Exit codes: 0 success, 2 bad input (a clear message naming the option or field at fault,
-never a traceback), 3 a placement whose answer is "wait" or "impossible".
+never a traceback), 3 a placement whose answer is "wait" or "impossible", 141 when the reader of stdout
+went away (``| head``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,25 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_fedsched.cli._common import EXIT_BAD_INPUT, EXIT_NOT_PLACED, EXIT_OK, UsageError
+from airflow_provider_fedsched.cli._common import (
+    EXIT_BAD_INPUT,
+    EXIT_BROKEN_PIPE,
+    EXIT_NOT_PLACED,
+    EXIT_OK,
+    UsageError,
+    silence_stdout,
+)
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_NOT_PLACED", "EXIT_OK", "VERBS", "UsageError", "build_parser", "main"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_BROKEN_PIPE",
+    "EXIT_NOT_PLACED",
+    "EXIT_OK",
+    "VERBS",
+    "UsageError",
+    "build_parser",
+    "main",
+]
 
 # Verb -> its module (a module of this package, or a full dotted path), in the order ``fedsched --help``
 # lists them. The module's ``add_parser(subparsers)`` adds the verb and sets its ``handler``.
@@ -48,11 +65,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
     try:
-        return int(args.handler(args))
+        args = build_parser(argv).parse_args(argv)
+        code = int(args.handler(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at interpreter exit
+        return code
     except UsageError as exc:
         print(f"fedsched {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # `fedsched place --json | head`: the reader has what it wanted; no traceback, no second error.
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return 130

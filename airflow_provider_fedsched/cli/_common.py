@@ -9,11 +9,21 @@ pays only for what it uses.
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import re
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from airflow_provider_fedsched.federation.limits import (
+    EARLIEST_TIME,
+    LATEST_TIME,
+    MAX_SECONDS,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
@@ -21,23 +31,34 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_BROKEN_PIPE",
     "EXIT_NOT_PLACED",
     "EXIT_OK",
     "UsageError",
     "add_member_options",
     "add_verb",
+    "bounded_float",
+    "bounded_int",
     "check_clusters",
+    "jsonable",
     "key_value",
     "live_snapshots",
     "load_federation",
     "load_snapshot_file",
     "parse_duration",
     "parse_time",
+    "print_json",
+    "regular_file",
+    "silence_stdout",
 ]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_NOT_PLACED = 3
+EXIT_BROKEN_PIPE = 141
+"""The reader of stdout went away (``fedsched place --json | head``): 128 + SIGPIPE, as a shell reports it."""
+MAX_TIMEOUT = 600.0
+"""``--timeout``: seconds each member cluster has to answer."""
 
 
 class UsageError(Exception):
@@ -60,20 +81,110 @@ def parse_duration(text: str, option: str = "--duration") -> float:
                 f"{option}: '{text}' is not a duration (examples: 3600, 90m, 1h30m, 2d)"
             ) from None
         seconds = sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
-    if not seconds >= 0 or seconds == float("inf"):
-        raise UsageError(f"{option}: '{text}' must be a finite, non-negative duration")
+    if not 0 <= seconds <= MAX_SECONDS:  # also refuses NaN and infinity
+        raise UsageError(
+            f"{option}: '{_short(text)}' must be a finite, non-negative duration of at most "
+            f"{MAX_SECONDS:.0f} s (ten years)"
+        )
     return seconds
 
 
 def parse_time(text: str, option: str = "--now") -> datetime:
-    """An ISO 8601 timestamp; a naive one is taken as UTC."""
+    """An ISO 8601 timestamp between 1970 and 9000 (so that adding any duration fits); naive = UTC."""
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(
-            f"{option}: '{text}' is not an ISO 8601 timestamp (e.g. 2025-06-01T08:00:00Z)"
+            f"{option}: '{_short(text)}' is not an ISO 8601 timestamp (e.g. 2025-06-01T08:00:00Z)"
         ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    if not EARLIEST_TIME <= value <= LATEST_TIME:
+        raise UsageError(
+            f"{option}: '{_short(text)}' is outside {EARLIEST_TIME.date()}..{LATEST_TIME.date()}"
+        )
+    return value
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def bounded_int(minimum: int, maximum: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in ``minimum..maximum`` (argparse exits 2 naming the option)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip()) if len(text) <= 40 else None
+        except ValueError:
+            value = None
+        if value is None or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer in {minimum}..{maximum} (got '{_short(text)}')"
+            )
+        return value
+
+    return parse
+
+
+def bounded_float(
+    minimum: float, maximum: float, *, exclusive_minimum: bool = False
+) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in ``minimum..maximum`` (``(minimum, maximum]`` if exclusive)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip()) if len(text) <= 40 else math.nan
+        except ValueError:
+            value = math.nan
+        low_ok = value > minimum if exclusive_minimum else value >= minimum
+        if not (low_ok and value <= maximum):  # NaN fails both
+            low = "(" if exclusive_minimum else "["
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number in {low}{minimum:g}, {maximum:g}] (got '{_short(text)}')"
+            )
+        return value
+
+    return parse
+
+
+def regular_file(path: str, option: str) -> Path:
+    """``path`` names an existing regular file (not a directory, device or pipe), else a UsageError."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{option} {path}: not a regular file")
+    return Path(path)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None: JSON has no Infinity or NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    return value
+
+
+def print_json(document: Any) -> None:
+    """Print a JSON document that any JSON parser reads (never ``Infinity`` or ``NaN``)."""
+    print(json.dumps(jsonable(document), indent=2, allow_nan=False))
+
+
+def silence_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so that the interpreter's last flush stays quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout already closed or not a file descriptor
+        pass
+    finally:
+        os.close(devnull)
 
 
 def key_value(text: str, option: str, separator: str = "=") -> tuple[str, str]:
@@ -128,7 +239,10 @@ def add_member_options(parser: argparse.ArgumentParser) -> None:
         help="outside Airflow: resolve each cluster to the context of this kubeconfig named after it",
     )
     parser.add_argument(
-        "--timeout", type=float, default=2.0, help="seconds each cluster has to answer (default 2)"
+        "--timeout",
+        type=bounded_float(0, MAX_TIMEOUT, exclusive_minimum=True),
+        default=2.0,
+        help=f"seconds each cluster has to answer (default 2, at most {MAX_TIMEOUT:g})",
     )
 
 
@@ -140,17 +254,33 @@ def live_snapshots(
     With a kubeconfig the clusters are read directly (no Airflow import: about a second for a few local
     clusters); without one, members resolve through Airflow connections, which the hook reads.
     """
-    if kubeconfig is not None and not Path(kubeconfig).is_file():
-        raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
-    if timeout <= 0:
-        raise UsageError(f"--timeout: must be positive (got {timeout:g})")
+    if not 0 < timeout <= MAX_TIMEOUT:
+        raise UsageError(f"--timeout: must be in (0, {MAX_TIMEOUT:g}] seconds (got {timeout:g})")
     if kubeconfig is not None:
+        check_kubeconfig_file(spec, kubeconfig)
         return _snapshots_from_kubeconfig(spec, kubeconfig, timeout)
     from airflow_provider_fedsched.hooks.federation import FederationHook
     from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
 
     hook = FederationHook(spec, snapshot_timeout=timeout, state=FederationState(MemoryStateBackend()))
     return hook.collect()
+
+
+def check_kubeconfig_file(spec: FederationSpec, kubeconfig: str) -> None:
+    """Refuse a kubeconfig that is not a regular file, not a kubeconfig, or an alias bomb, naming the field;
+    warn on stderr for every member whose context turns TLS verification off."""
+    from airflow_provider_fedsched.federation.spec import SpecError
+    from airflow_provider_fedsched.validation.kubeconfig import load_kubeconfig, tls_verification_off
+
+    regular_file(kubeconfig, "--kubeconfig")
+    try:
+        document = load_kubeconfig(Path(kubeconfig), f"--kubeconfig {kubeconfig}")
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    for member in spec.clusters:
+        reason = tls_verification_off(document, member.name)
+        if reason is not None:
+            print(f"fedsched: warning: cluster {member.name}: {reason}", file=sys.stderr)
 
 
 def _snapshots_from_kubeconfig(

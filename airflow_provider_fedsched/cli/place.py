@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,6 +13,7 @@ from airflow_provider_fedsched.cli._common import (
     EXIT_OK,
     UsageError,
     add_member_options,
+    bounded_int,
     check_clusters,
     key_value,
     live_snapshots,
@@ -21,6 +21,7 @@ from airflow_provider_fedsched.cli._common import (
     load_snapshot_file,
     parse_duration,
     parse_time,
+    print_json,
 )
 from airflow_provider_fedsched.federation import (
     FederationEngine,
@@ -30,6 +31,9 @@ from airflow_provider_fedsched.federation import (
     Toleration,
     parse_resource_list,
 )
+
+_FUTURE_TOLERANCE = timedelta(hours=1)
+"""How far past this machine's clock a saved snapshot's observed_at may be (clock skew between machines)."""
 
 
 def parse_toleration(text: str) -> Toleration:
@@ -64,12 +68,38 @@ def _request_resources(args: argparse.Namespace) -> dict[str, Any]:
     try:
         return parse_resource_list(quantities)
     except QuantityError as exc:
-        raise UsageError(f"request.resources.{exc}") from None
+        name = str(exc).split(":")[0]
+        option = _RESOURCE_OPTIONS.get(name, "--resource")
+        raise UsageError(f"{option}: request.resources.{exc}") from None
+
+
+_RESOURCE_OPTIONS = {
+    "cpu": "--cpu",
+    "memory": "--memory",
+    "nvidia.com/gpu": "--gpu",
+    "ephemeral-storage": "--ephemeral-storage",
+}
+"""The option a resource's quantity comes from, for the error message."""
+
+
+# The request field a command-line option fills: an error in the field names the option.
+_OPTIONS = {
+    "resources": "--cpu/--memory/--gpu/--resource",
+    "node_selector": "--node-selector",
+    "cluster_selector": "--cluster-selector",
+    "tolerations": "--toleration",
+    "datasets": "--dataset",
+    "prefer_region": "--prefer-region",
+    "prefer_group": "--prefer-group",
+    "clusters": "--cluster",
+    "namespace": "--namespace",
+    "expected_duration_seconds": "--duration",
+}
 
 
 def build_request(args: argparse.Namespace) -> TaskRequest:
     try:
-        return TaskRequest(
+        return TaskRequest.build(
             resources=_request_resources(args),
             node_selector=dict(key_value(item, "--node-selector") for item in args.node_selector or []),
             cluster_selector=dict(
@@ -83,8 +113,10 @@ def build_request(args: argparse.Namespace) -> TaskRequest:
             namespace=args.namespace,
             expected_duration_seconds=parse_duration(args.duration),
         )
-    except ValueError as exc:
-        raise UsageError(f"request: {exc}") from None
+    except SpecError as exc:
+        field = str(exc).removeprefix("request.").split(":")[0].split(".")[0].split("[")[0]
+        option = _OPTIONS.get(field)
+        raise UsageError(f"{option}: {exc}" if option else str(exc)) from None
 
 
 def _forecast(items: Sequence[str]) -> dict[str, float] | None:
@@ -94,9 +126,12 @@ def _forecast(items: Sequence[str]) -> dict[str, float] | None:
     for item in items:
         cluster, value = key_value(item, "--forecast")
         try:
-            forecast[cluster] = float(value)
+            idle = float(value)
         except ValueError:
-            raise UsageError(f"--forecast: '{value}' for {cluster} is not a number in 0..1") from None
+            idle = -1.0
+        if not 0 <= idle <= 1:  # NaN too
+            raise UsageError(f"--forecast: '{value}' for {cluster} is not a number in 0..1")
+        forecast[cluster] = idle
     return forecast
 
 
@@ -122,6 +157,13 @@ def run_place(args: argparse.Namespace) -> int:
     elif snapshots and not args.live:
         # Decide "as of" the newest observation so that a saved snapshot file is never stale.
         now = max(snapshot.observed_at for snapshot in snapshots.values())
+        if now > datetime.now(UTC) + _FUTURE_TOLERANCE:
+            newest = max(snapshots.values(), key=lambda snapshot: snapshot.observed_at)
+            raise UsageError(
+                f"--snapshots {args.snapshots}: cluster {newest.cluster} was observed_at "
+                f"{now.isoformat()}, in the future; every other snapshot would look stale (give --now to "
+                "decide as of a chosen time)"
+            )
     else:
         now = datetime.now(UTC)
     try:
@@ -144,7 +186,7 @@ def run_place(args: argparse.Namespace) -> int:
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        print(json.dumps(decision.to_dict(), indent=2))
+        print_json(decision.to_dict())
     else:
         from airflow_provider_fedsched.render import decision_table
 
@@ -192,6 +234,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     output = parser.add_argument_group("output")
     output.add_argument("--json", action="store_true", help="print the decision as JSON")
-    output.add_argument("--width", type=int, default=120, help="table width (default 120)")
+    output.add_argument(
+        "--width", type=bounded_int(40, 1000), default=120, help="table width, 40..1000 (default 120)"
+    )
     parser.set_defaults(handler=run_place)
     return parser

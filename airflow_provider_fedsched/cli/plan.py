@@ -21,9 +21,15 @@ from airflow_provider_fedsched.cli._common import (
     UsageError,
     add_member_options,
     add_verb,
+    bounded_int,
     load_federation,
     parse_duration,
+    print_json,
+    regular_file,
 )
+
+MAX_RUNS = 10_000
+MAX_FALLBACKS = 100
 
 
 def add_parser(subparsers: Any) -> None:
@@ -36,11 +42,21 @@ def add_parser(subparsers: Any) -> None:
     )
     add_member_options(parser)
     parser.add_argument("--horizon", default="24h", help="plan runs due within this long (default 24h)")
-    parser.add_argument("--runs", type=int, default=48, help="at most this many runs per DAG (default 48)")
+    parser.add_argument(
+        "--runs",
+        type=bounded_int(1, MAX_RUNS),
+        default=48,
+        help="at most this many runs per DAG (default 48)",
+    )
     parser.add_argument(
         "--valid-for", default="1h", help="how long after its run is due a plan stays usable (default 1h)"
     )
-    parser.add_argument("--fallbacks", type=int, default=2, help="fallback clusters per plan (default 2)")
+    parser.add_argument(
+        "--fallbacks",
+        type=bounded_int(0, MAX_FALLBACKS),
+        default=2,
+        help="fallback clusters per plan (default 2)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan table, store nothing")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
@@ -58,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--fallbacks: must not be negative (got {args.fallbacks})")
     if args.dags_folder is not None and not Path(args.dags_folder).exists():
         raise UsageError(f"--dags-folder {args.dags_folder}: no such file or directory")
-    if args.kubeconfig is not None and not Path(args.kubeconfig).is_file():
-        raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file")
+    if args.kubeconfig is not None:
+        regular_file(args.kubeconfig, "--kubeconfig")
     if args.kubeconfig is not None and args.federation is None:
         raise UsageError("--kubeconfig: needs --federation (the spec whose clusters it names)")
     if not args.verbose:
@@ -89,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             "runs": [run.to_dict() for run in planned],
             "import_errors": sorted(errors),
         }
-        print(json.dumps(document, indent=2))
+        print_json(document)
     else:
         print(plan_table(planned), end="")
         stored = sum(run.plan is not None for run in planned)

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from airflow_provider_fedsched.cli._common import UsageError
+from airflow_provider_fedsched.federation.documents import parse_yaml, read_text_file
 from airflow_provider_fedsched.sim.cluster import SimPortInUse
 from airflow_provider_fedsched.sim.config import SimConfigError, default_config, load_config
 from airflow_provider_fedsched.sim.control import FAULT_KINDS
@@ -106,7 +107,7 @@ def _state(state_dir: str) -> tuple[str, dict[str, str | None]]:
     """The control URL of a running simulator and each cluster's token, from its state folder."""
     state = Path(state_dir)
     try:
-        kubeconfig = yaml.safe_load((state / "kubeconfig").read_text())
+        kubeconfig = parse_yaml(read_text_file(state / "kubeconfig", "kubeconfig"), "kubeconfig")
         meta = json.loads((state / "sim.json").read_text())
         users = {u["name"]: u["user"].get("token") for u in kubeconfig.get("users") or []}
         tokens = {c["name"]: users.get(c["context"]["user"]) for c in kubeconfig.get("contexts") or []}

@@ -8,7 +8,6 @@ with ``--kubeconfig FILE``, through the context of that file named after each cl
 from __future__ import annotations
 
 import argparse
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise common.UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
     if args.json:
-        print(json.dumps({"clusters": rows}, indent=2))
+        common.print_json({"clusters": rows})
     else:
         from airflow_provider_fedsched.render import snapshot_table
 

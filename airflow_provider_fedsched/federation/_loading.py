@@ -1,4 +1,4 @@
-"""Shared loading helpers: read a path / YAML text / mapping, and turn validation errors into SpecError.
+"""Turning validation errors into one SpecError naming each field path (reading files: ``documents.py``).
 
 Every error a user can cause in a spec or snapshot file surfaces as one :class:`SpecError` whose message
 starts with the field path (``datasets[2].allowed_regions[0]: ...``), so the CLI can print it as is.
@@ -6,16 +6,13 @@ starts with the field path (``datasets[2].allowed_regions[0]: ...``), so the CLI
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
-import yaml
 from pydantic import ValidationError
 
+from airflow_provider_fedsched.federation._errors import SpecError
 
-class SpecError(ValueError):
-    """Invalid federation spec, snapshot file or request; the message names the field path at fault."""
+__all__ = ["SpecError", "format_path", "join_path", "spec_error"]
 
 
 def format_path(loc: Sequence[str | int]) -> str:
@@ -50,32 +47,3 @@ def spec_error(exc: ValidationError, prefix: str = "") -> SpecError:
         messages.append(f"{join_path(prefix, format_path(loc))}: {error['msg']}")
     extra = f" (and {len(messages) - 5} more)" if len(messages) > 5 else ""
     return SpecError("; ".join(messages[:5]) + extra)
-
-
-def load_document(source: str | Path | Mapping[str, Any], what: str) -> dict[str, Any]:
-    """Read ``source`` (a path, YAML/JSON text or a mapping) into a dict; ``what`` names it in errors."""
-    if isinstance(source, Mapping):
-        return dict(source)
-    text: str
-    if isinstance(source, Path) or ("\n" not in source and ":" not in source.split("/")[-1]):
-        path = Path(source)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SpecError(f"cannot read {what} file '{path}': {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise SpecError(f"{what} file '{path}' is not UTF-8 text") from None
-    else:
-        text = source
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid syntax"
-        raise SpecError(f"<root>: malformed YAML in {what}{where}: {problem}") from None
-    if document is None:
-        document = {}
-    if not isinstance(document, dict):
-        raise SpecError(f"<root>: {what} must be a mapping, got {type(document).__name__}")
-    return document

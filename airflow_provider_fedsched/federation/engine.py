@@ -10,6 +10,7 @@ from datetime import datetime
 
 from airflow_provider_fedsched.federation.decision import Candidate, Decision, Outcome, Rejection, ScoreTerm
 from airflow_provider_fedsched.federation.framework import SUCCESS, ClusterView, Code, CycleState
+from airflow_provider_fedsched.federation.limits import check_time
 from airflow_provider_fedsched.federation.plugins import Profile, profile
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import ResourceList
@@ -84,6 +85,7 @@ class FederationEngine:
         """
         if now.tzinfo is None:
             raise SpecError("now: must be timezone-aware")
+        check_time(now, "now")
         with _collector_paused():
             return self._decide(request, snapshots, now, cooldowns, reservations, forecast, exclude, policy)
 

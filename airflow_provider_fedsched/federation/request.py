@@ -8,8 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_fedsched.federation._loading import SpecError, spec_error
-from airflow_provider_fedsched.federation.resources import ResourceList, pod_requests
-from airflow_provider_fedsched.federation.spec import Taint, TaintEffect
+from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, MAX_SECONDS
+from airflow_provider_fedsched.federation.resources import QuantityError, ResourceList, pod_requests
+from airflow_provider_fedsched.federation.spec import Namespace, Taint, TaintEffect
 
 __all__ = ["TaskRequest", "Toleration", "tolerates_all"]
 
@@ -91,8 +92,8 @@ class TaskRequest(BaseModel):
     prefer_group: str | None = None
     clusters: list[str] | None = None
     """Restrict placement to these clusters; None = any member."""
-    namespace: str = "default"
-    expected_duration_seconds: float = Field(default=3600.0, ge=0, allow_inf_nan=False)
+    namespace: Namespace = "default"
+    expected_duration_seconds: float = Field(default=3600.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     preemptible: bool = False
     """Carried for the operator (it may be evicted and retried); the engine does not score it."""
 
@@ -102,8 +103,18 @@ class TaskRequest(BaseModel):
         for name, amount in value.items():
             if amount < 0:
                 raise ValueError(f"{name}: {amount} is negative")
+            if amount > MAX_QUANTITY:
+                raise ValueError(f"{name}: {amount} is beyond Kubernetes' quantity range (2^63-1)")
         # Zero requests ask for nothing; dropping them keeps fit checks short.
         return {name: amount for name, amount in value.items() if amount}
+
+    @classmethod
+    def build(cls, where: str = "request", **fields: Any) -> TaskRequest:
+        """A validated request from ``fields``; raises :class:`SpecError` naming ``where.<field>``."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise spec_error(exc, where) from None
 
     @classmethod
     def from_pod_spec(cls, pod_spec: Mapping[str, Any], **federation_args: Any) -> TaskRequest:
@@ -118,8 +129,16 @@ class TaskRequest(BaseModel):
             for position, t in enumerate(pod_spec.get("tolerations") or [])
         ]
         try:
+            resources = pod_requests(pod_spec)
+        except QuantityError as exc:
+            raise SpecError(f"request.resources.{exc} (in the pod's containers or overhead)") from None
+        except (AttributeError, TypeError):
+            raise SpecError(
+                "request.resources: a container's resources must be a mapping of requests and limits"
+            ) from None
+        try:
             return cls(
-                resources=pod_requests(pod_spec),
+                resources=resources,
                 node_selector=dict(selector),
                 tolerations=[*tolerations, *federation_args.pop("tolerations", [])],
                 **federation_args,

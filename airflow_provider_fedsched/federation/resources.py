@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, describe
+
 ResourceList = dict[str, int]
 """Resource name -> amount in scheduler units (millicores for ``cpu``, bytes or units otherwise)."""
 
@@ -46,46 +48,86 @@ class QuantityError(ValueError):
     """A value that is not a valid, non-negative Kubernetes quantity."""
 
 
+_MAX_QUANTITY_TEXT = 64
+"""Characters in a quantity string: ``9223372036854775807`` with a suffix is 21; 64 leaves room for
+decimals and exponents while keeping the exact arithmetic below trivially cheap."""
+_MAX_EXPONENT = 128
+"""Decimal exponents are refused beyond +-128 (any such quantity of 64 characters is outside Kubernetes'
+range or rounds up to the smallest unit); within it, exact arithmetic costs microseconds."""
+
+
+def _out_of_range(value: object) -> QuantityError:
+    return QuantityError(
+        f"{describe(value)} is too large: Kubernetes quantities are at most 2^63-1 ({MAX_QUANTITY})"
+    )
+
+
 def parse_quantity(value: str | int | float | Fraction) -> Fraction:
     """Parse a Kubernetes quantity ("500m", "1.5", "4Gi", "1e3", "2G") exactly.
 
-    Negative quantities are rejected: no resource amount in this product may be negative.
+    Negative quantities are rejected: no resource amount in this product may be negative. So is anything
+    beyond Kubernetes' own range (2^63-1), checked before any exact arithmetic: ``1e999999999`` is refused
+    at once instead of computing a billion-digit number.
     """
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, Fraction):
         result = value
     elif isinstance(value, int):
+        if abs(value) > MAX_QUANTITY:
+            raise _out_of_range(value)
         result = Fraction(value)
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"{value!r} is not a finite quantity")
+        if abs(value) > MAX_QUANTITY:
+            raise _out_of_range(value)
         result = Fraction(str(value))
     elif isinstance(value, str):
-        match = _QUANTITY.match(value.strip())
+        text = value.strip()
+        if len(text) > _MAX_QUANTITY_TEXT:
+            kind = "too large" if text.lstrip("+-")[:1].isdigit() else "not a Kubernetes quantity"
+            raise QuantityError(
+                f"{describe(value)} is {kind}: a quantity has at most {_MAX_QUANTITY_TEXT} characters"
+            )
+        match = _QUANTITY.match(text)
         if match is None:
             raise QuantityError(
-                f"{value!r} is not a Kubernetes quantity (examples: '500m', '1.5', '4Gi', '1e3', '2G')"
+                f"{describe(value)} is not a Kubernetes quantity "
+                "(examples: '500m', '1.5', '4Gi', '1e3', '2G')"
             )
-        number = Fraction(match["num"])
         if match["exp"]:
-            number *= Fraction(10) ** int(match["exp"][1:])
+            exponent = int(match["exp"][1:])
+            if exponent > _MAX_EXPONENT:
+                raise _out_of_range(value)
+            if exponent < -_MAX_EXPONENT:
+                raise QuantityError(
+                    f"{describe(value)} is too small: the exponent must be at least -{_MAX_EXPONENT}"
+                )
+            number = Fraction(match["num"]) * Fraction(10) ** exponent
         else:
             suffix = match["suffix"] or ""
-            number *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
+            number = Fraction(match["num"]) * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
         result = -number if match["sign"] == "-" else number
     else:
-        raise QuantityError(f"{value!r} is not a quantity")
+        raise QuantityError(f"{describe(value)} is not a quantity")
     if result < 0:
-        raise QuantityError(f"{value!r} is negative")
+        raise QuantityError(f"{describe(value)} is negative")
+    if result > MAX_QUANTITY:
+        raise _out_of_range(value)
     return result
 
 
 def to_units(resource: str, quantity: Fraction) -> int:
-    """Convert an exact quantity to the scheduler's integer unit for ``resource`` (rounding up)."""
-    if resource == CPU:
-        return math.ceil(quantity * 1000)
-    return math.ceil(quantity)
+    """Convert an exact quantity to the scheduler's integer unit for ``resource`` (rounding up); raises
+    :class:`QuantityError` when the amount in those units is beyond 2^63-1 (cpu above 9.2e15 cores)."""
+    units = math.ceil(quantity * 1000) if resource == CPU else math.ceil(quantity)
+    if units > MAX_QUANTITY:
+        raise QuantityError(
+            f"{float(quantity):g} is too large: at most 2^63-1 scheduler units ({MAX_QUANTITY}), "
+            f"which for {resource} is {format_quantity(resource, MAX_QUANTITY)}"
+        )
+    return units
 
 
 def parse_resource_list(values: Mapping[str, Any] | None) -> ResourceList:

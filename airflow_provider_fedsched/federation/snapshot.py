@@ -13,11 +13,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from airflow_provider_fedsched.federation._loading import SpecError, join_path, load_document, spec_error
+from airflow_provider_fedsched.federation._loading import SpecError, join_path, spec_error
+from airflow_provider_fedsched.federation.documents import load_document
+from airflow_provider_fedsched.federation.limits import (
+    MAX_CLUSTERS,
+    MAX_NODES_PER_CLUSTER,
+    MAX_QUANTITY,
+    SNAPSHOT_LIMITS,
+    check_time,
+)
 from airflow_provider_fedsched.federation.resources import (
     CPU,
     GPU,
@@ -46,6 +54,8 @@ def _non_negative(value: ResourceList) -> ResourceList:
     for name, amount in value.items():
         if amount < 0:
             raise ValueError(f"{name}: {amount} is negative")
+        if amount > MAX_QUANTITY:
+            raise ValueError(f"{name}: {amount} is beyond Kubernetes' quantity range (2^63-1)")
     return value
 
 
@@ -185,7 +195,9 @@ class ClusterSnapshot(BaseModel):
     reachable: bool = True
     reason: str | None = None
     """Why the cluster was unreachable, when it was."""
-    nodes: list[NodeSnapshot] = Field(default_factory=list)
+    nodes: Annotated[list[NodeSnapshot], Field(max_length=MAX_NODES_PER_CLUSTER)] = Field(
+        default_factory=list
+    )
     quota_headroom: dict[str, ResourceList] = Field(default_factory=dict)
     """Namespace -> what its ResourceQuota still allows; a namespace absent here has no quota."""
     placements: list[str] = Field(default_factory=list)
@@ -198,7 +210,11 @@ class ClusterSnapshot(BaseModel):
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
         # A naive timestamp is taken as UTC: snapshots are written by machines, in UTC.
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        try:
+            return check_time(aware, "observed_at")
+        except SpecError as exc:
+            raise ValueError(str(exc).partition(": ")[2]) from None
 
     @field_validator("quota_headroom")
     @classmethod
@@ -250,6 +266,10 @@ def _snapshot_from_file(raw: Any, path: str) -> ClusterSnapshot:
     nodes = document.get("nodes") or []
     if not isinstance(nodes, list):
         raise SpecError(f"{path}.nodes: expected a list")
+    if len(nodes) > MAX_NODES_PER_CLUSTER:
+        raise SpecError(
+            f"{path}.nodes: {len(nodes):,} nodes, more than the {MAX_NODES_PER_CLUSTER:,} allowed"
+        )
     parsed_nodes = []
     for position, node in enumerate(nodes):
         node_path = f"{path}.nodes[{position}]"
@@ -277,13 +297,15 @@ def load_snapshots(
     source: str | Path | Mapping[str, Any],
 ) -> dict[str, ClusterSnapshot]:
     """Read a snapshot file (path, YAML/JSON text or mapping with a ``clusters`` list), keyed by cluster."""
-    document = load_document(source, "snapshot")
+    document = load_document(source, "snapshot", SNAPSHOT_LIMITS)
     unknown = sorted(set(document) - {"clusters"})
     if unknown:
         raise SpecError(f"{unknown[0]}: unknown key (a snapshot file has only 'clusters')")
     clusters = document.get("clusters") or []
     if not isinstance(clusters, list):
         raise SpecError("clusters: expected a list")
+    if len(clusters) > MAX_CLUSTERS:
+        raise SpecError(f"clusters: {len(clusters):,} snapshots, more than the {MAX_CLUSTERS:,} allowed")
     snapshots: dict[str, ClusterSnapshot] = {}
     for position, raw in enumerate(clusters):
         path = f"clusters[{position}]"

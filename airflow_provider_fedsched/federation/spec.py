@@ -14,10 +14,22 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import quote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from airflow_provider_fedsched.federation._loading import SpecError, load_document, spec_error
+from airflow_provider_fedsched.federation._loading import SpecError, spec_error
+from airflow_provider_fedsched.federation.documents import load_document
+from airflow_provider_fedsched.federation.limits import (
+    MAX_CLUSTERS,
+    MAX_DATASETS,
+    MAX_SECONDS,
+    MAX_WEIGHT,
+    SPEC_LIMITS,
+    Price,
+    Seconds,
+    SizeGb,
+)
 from airflow_provider_fedsched.federation.registry import (
     FILTER_PLUGINS,
     MANDATORY_FILTERS,
@@ -39,7 +51,7 @@ __all__ = [
     "spec_fingerprint",
 ]
 
-NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)]
 NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 Name = Annotated[str, Field(min_length=1, max_length=253, pattern=NAME_PATTERN)]
 """A cluster or dataset name (the federation's too): letters, digits, '-', '_', '.'."""
@@ -47,6 +59,11 @@ CONN_ID_PATTERN = r"^[\w#!()\-.:/\\]+$"
 ConnId = Annotated[str, Field(min_length=1, max_length=250, pattern=CONN_ID_PATTERN)]
 """An Airflow connection id, as Airflow accepts them (``airflow.models.connection.sanitize_conn_id``)."""
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+Namespace = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+"""A Kubernetes namespace name (an RFC 1123 label): it becomes part of API paths."""
+Region = Annotated[str, Field(min_length=1, max_length=253)]
+MAX_DASHBOARD_URL = 2048
+DASHBOARD_PLACEHOLDERS = frozenset({"cluster", "namespace", "pod"})
 
 
 class _Model(BaseModel):
@@ -56,8 +73,9 @@ class _Model(BaseModel):
 class Taint(_Model):
     """A Kubernetes taint (on a node, or on a whole cluster in the spec)."""
 
-    key: Annotated[str, Field(min_length=1)]
-    value: str = ""
+    key: Annotated[str, Field(min_length=1, max_length=317)]
+    """A qualified name: an optional DNS prefix (253) and '/', then a name (63)."""
+    value: Annotated[str, Field(max_length=63)] = ""
     effect: TaintEffect
 
     def __str__(self) -> str:
@@ -67,27 +85,28 @@ class Taint(_Model):
 class Prices(_Model):
     """Prices in one currency. Compute prices are per hour of *requested* capacity."""
 
-    cpu_hour: NonNegativeFloat = 0.0
-    memory_gib_hour: NonNegativeFloat = 0.0
-    gpu_hour: NonNegativeFloat = 0.0
-    egress_gb: NonNegativeFloat = 0.0
-    extended: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    cpu_hour: Price = 0.0
+    memory_gib_hour: Price = 0.0
+    gpu_hour: Price = 0.0
+    egress_gb: Price = 0.0
+    extended: dict[str, Price] = Field(default_factory=dict)
     """Other resources: price per scheduler unit per hour (for example ``example.com/fpga: 1.2``)."""
 
 
 class ClusterSpec(_Model):
     name: Name
     conn_id: ConnId
-    region: Annotated[str, Field(min_length=1)]
-    group: str | None = None
+    region: Region
+    group: Region | None = None
     """Proximity group (same metro); defaults to the region."""
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     prices: Prices = Field(default_factory=Prices)
-    namespace: str | None = None
+    namespace: Namespace | None = None
     """Namespace pods are created in on this cluster; None = the task's namespace."""
-    dashboard_url: str | None = None
-    """URL template for an operator extra link; placeholders ``{cluster}``, ``{namespace}``, ``{pod}``."""
+    dashboard_url: Annotated[str, Field(max_length=MAX_DASHBOARD_URL)] | None = None
+    """URL template for an operator extra link (http or https); placeholders ``{cluster}``, ``{namespace}``,
+    ``{pod}``, without format specs or conversions."""
 
     @model_validator(mode="after")
     def _default_group(self) -> ClusterSpec:
@@ -101,15 +120,37 @@ class ClusterSpec(_Model):
         if value is None:
             return value
         try:
-            fields = {field for _, field, _, _ in string.Formatter().parse(value) if field is not None}
+            parts = list(string.Formatter().parse(value))
         except ValueError as exc:
             raise ValueError(f"not a valid URL template: {exc}") from None
-        unknown = sorted(fields - {"cluster", "namespace", "pod"})
+        fields = {field for _, field, _, _ in parts if field is not None}
+        unknown = sorted(fields - DASHBOARD_PLACEHOLDERS)
         if unknown:
             raise ValueError(
                 f"unknown placeholder(s) {unknown} (allowed: {{cluster}}, {{namespace}}, {{pod}})"
             )
+        # A format spec ({pod:>99999999999}) would let a spec allocate gigabytes when the link is rendered.
+        fancy = [f"{{{f}{'!' + c if c else ''}{':' + p if p else ''}}}" for _, f, p, c in parts if p or c]
+        if fancy:
+            raise ValueError(
+                f"placeholder(s) {fancy} take a format spec or conversion; write plain {{cluster}}, "
+                "{namespace} or {pod}"
+            )
+        url = urlsplit(value.format(cluster="c", namespace="n", pod="p"))
+        if url.scheme.lower() not in ("http", "https") or not url.netloc:
+            raise ValueError(
+                f"must be an http:// or https:// URL with a host (got scheme '{url.scheme or 'none'}')"
+            )
         return value
+
+    def dashboard_link(self, namespace: str, pod: str) -> str | None:
+        """The extra link's URL for a pod on this cluster (placeholders URL-quoted), None without a
+        ``dashboard_url``."""
+        if self.dashboard_url is None:
+            return None
+        return self.dashboard_url.format(
+            cluster=quote(self.name, safe=""), namespace=quote(namespace, safe=""), pod=quote(pod, safe="")
+        )
 
     @property
     def proximity_group(self) -> str:
@@ -120,8 +161,8 @@ class DatasetSpec(_Model):
     name: Name
     cluster: str
     """The cluster the data lives on."""
-    size_gb: NonNegativeFloat
-    allowed_regions: list[str] | None = None
+    size_gb: SizeGb
+    allowed_regions: list[Region] | None = None
     """Sovereignty: regions a task reading this dataset may run in; None = anywhere."""
 
 
@@ -130,7 +171,7 @@ class Weights(_Model):
     which keys exist and their defaults. Read one with :meth:`of` (or as an attribute: ``weights.cost``)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
-    __pydantic_extra__: dict[str, NonNegativeFloat] = Field(init=False)
+    __pydantic_extra__: dict[str, Weight] = Field(init=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -151,8 +192,8 @@ class Weights(_Model):
 
 class PolicySpec(_Model):
     weights: Weights = Field(default_factory=Weights)
-    snapshot_ttl_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 15.0
-    cooldown_seconds: NonNegativeFloat = 120.0
+    snapshot_ttl_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)] = 15.0
+    cooldown_seconds: Seconds = 120.0
     filters: list[str] = Field(default_factory=lambda: list(FILTER_PLUGINS))
     """Enabled filter plugins (default all); the mandatory ones cannot be left out."""
     scores: list[str] = Field(default_factory=lambda: list(SCORE_PLUGINS))
@@ -196,10 +237,10 @@ class PolicySpec(_Model):
 class FederationSpec(_Model):
     name: Name = "default"
     """Names this federation's shared state (cooldowns, snapshots) in an Airflow deployment."""
-    clusters: Annotated[list[ClusterSpec], Field(min_length=1)]
-    datasets: list[DatasetSpec] = Field(default_factory=list)
+    clusters: Annotated[list[ClusterSpec], Field(min_length=1, max_length=MAX_CLUSTERS)]
+    datasets: Annotated[list[DatasetSpec], Field(max_length=MAX_DATASETS)] = Field(default_factory=list)
     policy: PolicySpec = Field(default_factory=PolicySpec)
-    regions: list[str] = Field(default_factory=list)
+    regions: Annotated[list[Region], Field(max_length=MAX_CLUSTERS)] = Field(default_factory=list)
     """Extra known regions (with no member cluster yet) that ``allowed_regions`` may name."""
 
     @model_validator(mode="after")
@@ -309,11 +350,38 @@ def load_spec(source: str | Path | Mapping[str, Any]) -> FederationSpec:
     """
     if isinstance(source, FederationSpec):
         return source
-    document = load_document(source, "federation spec")
+    document = load_document(source, "federation spec", SPEC_LIMITS)
+    _check_sizes(document)
+    if not isinstance(source, Mapping):
+        _check_empty_allowed_regions(document)
     try:
         return FederationSpec.model_validate(document)
     except ValidationError as exc:
         raise spec_error(exc) from None
+
+
+def _check_sizes(document: Mapping[str, Any]) -> None:
+    """Refuse oversized lists before validating any item (654,000 clusters would cost gigabytes)."""
+    for key, limit in (("clusters", MAX_CLUSTERS), ("datasets", MAX_DATASETS), ("regions", MAX_CLUSTERS)):
+        items = document.get(key)
+        if isinstance(items, list) and len(items) > limit:
+            raise SpecError(f"{key}: {len(items):,} entries, more than the {limit:,} allowed")
+
+
+def _check_empty_allowed_regions(document: Mapping[str, Any]) -> None:
+    """In a file, ``allowed_regions:`` with nothing after it is null, which would mean "anywhere": a list
+    forgotten under the key must not lift a dataset's restriction. Omitting the key says "anywhere"."""
+    datasets = document.get("datasets")
+    for position, dataset in enumerate(datasets if isinstance(datasets, list) else []):
+        if (
+            isinstance(dataset, Mapping)
+            and "allowed_regions" in dataset
+            and dataset["allowed_regions"] is None
+        ):
+            raise SpecError(
+                f"datasets[{position}].allowed_regions: empty; list the regions the data may go to, or "
+                "leave the key out to allow every region"
+            )
 
 
 def spec_fingerprint(spec: FederationSpec) -> str:

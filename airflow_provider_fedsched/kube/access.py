@@ -7,14 +7,22 @@ messages name the cluster and the connection, never the kubeconfig's contents (i
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from airflow_provider_fedsched.federation.documents import read_text_file
+from airflow_provider_fedsched.federation.limits import KUBECONFIG_LIMITS
+from airflow_provider_fedsched.federation.spec import SpecError
+from airflow_provider_fedsched.validation.kubeconfig import load_kubeconfig, tls_verification_off, tls_warning
 
 KUBERNETES_CONN_TYPE = "kubernetes"
+log = logging.getLogger(__name__)
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
 
 
 class ClusterAccessError(ValueError):
@@ -71,21 +79,38 @@ def _truthy(value: Any) -> bool:
 
 
 def parse_kubeconfig(cluster: str, conn_id: str | None, raw: Any) -> dict[str, Any]:
-    """Parse kubeconfig text (YAML or JSON) or a mapping, without echoing its contents on error."""
-    if isinstance(raw, Mapping):
-        data: Any = dict(raw)
-    else:
-        try:
-            data = yaml.safe_load(str(raw))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f" at line {mark.line + 1}" if mark is not None else ""
-            raise ClusterAccessError(cluster, conn_id, f"kubeconfig is not valid YAML or JSON{at}") from None
-    if not isinstance(data, dict) or not data.get("contexts") or not data.get("clusters"):
-        raise ClusterAccessError(
-            cluster, conn_id, "kubeconfig is malformed: it needs 'clusters' and 'contexts' lists"
-        )
-    return data
+    """Parse kubeconfig text (YAML or JSON) or a mapping within limits (duplicate keys, alias bombs and
+    a wrong shape such as ``contexts: "y"`` refused), without echoing its contents on error."""
+    try:
+        return load_kubeconfig(raw if isinstance(raw, Mapping) else str(raw), "kubeconfig")
+    except SpecError as exc:
+        problem = str(exc).removeprefix("kubeconfig: ")
+        kind = "is not valid YAML or JSON" if "malformed YAML" in problem else "is malformed"
+        raise ClusterAccessError(cluster, conn_id, f"kubeconfig {kind}: {problem}") from None
+
+
+def _read_kubeconfig(cluster: str, conn_id: str | None, path: Any, what: str) -> str:
+    try:
+        return read_text_file(Path(str(path)).expanduser(), what, KUBECONFIG_LIMITS)
+    except SpecError as exc:
+        raise ClusterAccessError(cluster, conn_id, f"{what} {str(path)!r} cannot be read: {exc}") from None
+
+
+def _tls_verified(
+    cluster: str, kubeconfig: Mapping[str, Any], context: str, disable_verify_ssl: bool
+) -> bool:
+    """Whether this member's clients verify TLS; when they do not, warn once naming the cluster. The
+    answer goes into ``ClusterAccess.verify_ssl``, which every client of the member (sensing, the pod's
+    own client, the trigger) applies alike."""
+    reason = tls_verification_off(kubeconfig, context, disable_verify_ssl=disable_verify_ssl)
+    if reason is None:
+        return True
+    with _warned_lock:
+        first = (cluster, reason) not in _warned
+        _warned.add((cluster, reason))
+    if first:
+        log.warning("%s", tls_warning(cluster, reason))
+    return False
 
 
 def select_context(
@@ -138,12 +163,7 @@ def access_from_extras(
     if inline:
         kubeconfig = parse_kubeconfig(cluster, conn_id, inline)
     elif path:
-        try:
-            text = Path(str(path)).expanduser().read_text()
-        except OSError as exc:
-            raise ClusterAccessError(
-                cluster, conn_id, f"kube_config_path {str(path)!r} cannot be read: {exc.strerror}"
-            ) from None
+        text = _read_kubeconfig(cluster, conn_id, path, "kube_config_path")
         kubeconfig = parse_kubeconfig(cluster, conn_id, text)
     else:
         raise ClusterAccessError(cluster, conn_id, "connection has neither kube_config nor kube_config_path")
@@ -155,7 +175,7 @@ def access_from_extras(
         kubeconfig=kubeconfig,
         context=context,
         namespace=str(namespace),
-        verify_ssl=not _truthy(field_value("disable_verify_ssl")),
+        verify_ssl=_tls_verified(cluster, kubeconfig, context, _truthy(field_value("disable_verify_ssl"))),
     )
 
 
@@ -163,12 +183,7 @@ def access_from_kubeconfig_file(
     cluster: str, context: str, kubeconfig_path: str | Path, namespace: str | None = None
 ) -> ClusterAccess:
     """Resolve a member from a context of a kubeconfig file (the CLI outside Airflow)."""
-    try:
-        text = Path(kubeconfig_path).expanduser().read_text()
-    except OSError as exc:
-        raise ClusterAccessError(
-            cluster, None, f"kubeconfig {str(kubeconfig_path)!r}: {exc.strerror}"
-        ) from None
+    text = _read_kubeconfig(cluster, None, kubeconfig_path, "kubeconfig")
     kubeconfig = parse_kubeconfig(cluster, None, text)
     chosen = select_context(cluster, None, kubeconfig, context)
     return ClusterAccess(
@@ -177,6 +192,7 @@ def access_from_kubeconfig_file(
         kubeconfig=kubeconfig,
         context=chosen,
         namespace=namespace or _context_namespace(kubeconfig, chosen),
+        verify_ssl=_tls_verified(cluster, kubeconfig, chosen, False),
     )
 
 

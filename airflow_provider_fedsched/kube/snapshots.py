@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -29,6 +30,8 @@ from airflow_provider_fedsched.federation.spec import Taint
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.kube.clients import api_client, discard_client
 from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL
+
+log = logging.getLogger(__name__)
 
 NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 _QUOTA_KEYS = {
@@ -106,6 +109,21 @@ def _node_snapshot(node: Mapping[str, Any], requested: ResourceList) -> NodeSnap
     )
 
 
+def _node_snapshots(
+    cluster: str, nodes: list[Mapping[str, Any]], requested: Mapping[str, ResourceList]
+) -> list[NodeSnapshot]:
+    """Every node that reads as a node; one advertising what no Kubernetes node can (``cpu: 1e999999999``,
+    a malformed taint) is left out with a warning naming it, never hiding the rest of its cluster."""
+    found = []
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name"))
+        try:
+            found.append(_node_snapshot(node, requested.get(name, {})))
+        except (QuantityError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("cluster %s: node %s left out of the snapshot: %s", cluster, name, str(exc)[:200])
+    return found
+
+
 def condense(
     cluster: str,
     nodes: list[Mapping[str, Any]],
@@ -131,7 +149,7 @@ def condense(
     return ClusterSnapshot(
         cluster=cluster,
         observed_at=observed_at,
-        nodes=[_node_snapshot(node, requested.get(node["metadata"]["name"], {})) for node in nodes],
+        nodes=_node_snapshots(cluster, nodes, requested),
         quota_headroom=quota_headroom(quotas),
         placements=sorted(placements),
     )

@@ -12,9 +12,11 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
+from airflow_provider_fedsched.federation.limits import check_seconds
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
 from airflow_provider_fedsched.kube.access import ClusterAccessError
+from airflow_provider_fedsched.validation.operator import OperatorArguments, check_operator_arguments
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.federation import FederationHook
@@ -30,12 +32,24 @@ class FederationError(AirflowException):
 def seconds(value: timedelta | float | int | None, argument: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, timedelta | float | int):
-        raise FederationError(f"{argument} must be a number of seconds or a timedelta (got {value!r})")
-    amount = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if amount < 0:
-        raise FederationError(f"{argument} must not be negative (got {value!r})")
-    return amount
+    try:
+        return check_seconds(value, argument)  # finite, non-negative, at most ten years
+    except SpecError as exc:
+        raise FederationError(str(exc)) from None
+
+
+def _is_template(value: Any) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def checked_arguments(**raw: Any) -> OperatorArguments:
+    """The federation arguments as given (``validation.operator``), as a :class:`FederationError` naming
+    the argument; a Jinja template string is left for :meth:`Arguments.prepare` to check once rendered."""
+    given = {name: value for name, value in raw.items() if not _is_template(value)}
+    try:
+        return check_operator_arguments(**given)
+    except SpecError as exc:
+        raise FederationError(str(exc)) from None
 
 
 def check_arguments(
@@ -52,6 +66,16 @@ def check_arguments(
     policy: Mapping[str, Any],
 ) -> PolicySpec:
     """Every federation argument against ``spec``; returns the task's effective policy."""
+    checked_arguments(
+        max_cluster_attempts=max_cluster_attempts,
+        clusters=clusters,
+        datasets=datasets,
+        prefer_region=prefer_region,
+        prefer_group=prefer_group,
+        cluster_selector=cluster_selector,
+        policy=policy,
+        **durations,
+    )
     if conflicting:
         raise FederationError(
             f"argument(s) {', '.join(conflicting)} conflict with federation placement: the federation "

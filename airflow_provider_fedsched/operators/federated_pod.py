@@ -34,7 +34,13 @@ from airflow_provider_fedsched.kube.clients import sync_api_client
 from airflow_provider_fedsched.kube.failures import ClusterFailure, describe_error, never_sent
 from airflow_provider_fedsched.kube.pods import FederatedPodManager, Watch, is_gone, unanswered
 from airflow_provider_fedsched.operators import attempts, records
-from airflow_provider_fedsched.operators.arguments import CONFLICTING, Arguments, FederationError, seconds
+from airflow_provider_fedsched.operators.arguments import (
+    CONFLICTING,
+    Arguments,
+    FederationError,
+    checked_arguments,
+    seconds,
+)
 from airflow_provider_fedsched.operators.contract import ClusterLeft
 from airflow_provider_fedsched.operators.deferral import Deferral
 from airflow_provider_fedsched.operators.links import FederatedClusterLink
@@ -101,13 +107,31 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         **kwargs: Any,
     ) -> None:
         self._conflicting_arguments = [name for name in CONFLICTING if kwargs.get(name) not in (None, "")]
+        checked_arguments(  # a typo fails the DAG's import naming the argument, before any try
+            datasets=datasets,
+            prefer_region=prefer_region,
+            prefer_group=prefer_group,
+            clusters=clusters,
+            cluster_selector=cluster_selector,
+            policy=policy,
+            preemptible=preemptible,
+            checkpoint=checkpoint,
+            expected_duration=expected_duration,
+            max_cluster_attempts=max_cluster_attempts,
+            unschedulable_grace_seconds=unschedulable_grace_seconds,
+            unreachable_grace=unreachable_grace,
+            wait_timeout=wait_timeout,
+        )
         super().__init__(**kwargs)
         self.federation = federation
-        self.datasets = list(datasets)
+        # A string left here is a Jinja template: prepare() checks what it renders to.
+        self.datasets = datasets if isinstance(datasets, str) else list(datasets)  # type: ignore[assignment]
         self.prefer_region = prefer_region
         self.prefer_group = prefer_group
-        self.clusters = None if clusters is None else list(clusters)
-        self.cluster_selector = dict(cluster_selector or {})
+        self.clusters = clusters if clusters is None or isinstance(clusters, str) else list(clusters)  # type: ignore[assignment]
+        self.cluster_selector = (
+            cluster_selector if isinstance(cluster_selector, str) else dict(cluster_selector or {})
+        )
         self.policy = dict(policy or {})
         self.preemptible = preemptible
         self.checkpoint = checkpoint

@@ -28,9 +28,8 @@ class FederatedClusterLink(BaseOperatorLink):
         if attempt is None:
             return ""
         try:
-            template = operator.federation_hook.spec.cluster(attempt.cluster).dashboard_url
+            member = operator.federation_hook.spec.cluster(attempt.cluster)
         except Exception:
             return ""
-        if not template:
-            return ""
-        return str(template.format(cluster=attempt.cluster, namespace=attempt.namespace, pod=attempt.pod))
+        # Checked at spec load (http(s) only, plain placeholders); the values are URL-quoted.
+        return member.dashboard_link(attempt.namespace, attempt.pod) or ""

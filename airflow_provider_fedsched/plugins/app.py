@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from sqlalchemy.orm import Session
 
 from airflow_provider_fedsched.plugins import history
+from airflow_provider_fedsched.validation.http import MAX_MAP_INDEX, MAX_OFFSET, MAX_TRY_NUMBER
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,13 @@ def create_app() -> FastAPI:
         # The API server's own docs live at /docs; keep this app's out of the way (and authenticated).
         docs_url=None,
         redoc_url=None,
-        openapi_url="/api/openapi.json",
+        openapi_url=None,  # served below, as a route of its own, so that it needs a user like every route
     )
+
+    @app.get("/api/openapi.json", include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
+
     app.state.readable_dag_ids = readable_dag_ids  # for dependency overrides in tests
 
     @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
@@ -121,7 +127,7 @@ def create_app() -> FastAPI:
             str | None, Query(description=f"one of {', '.join(history.OUTCOME_FILTERS)}")
         ] = None,
         limit: Annotated[int, Query(ge=1, le=history.MAX_PAGE_SIZE)] = history.DEFAULT_PAGE_SIZE,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
         readable_dags: frozenset[str] | None = readable_dags_dep,
     ) -> dict[str, Any]:
         """One row per recorded task try, newest first."""
@@ -150,8 +156,8 @@ def create_app() -> FastAPI:
         dag_id: str,
         run_id: str,
         task_id: str,
-        map_index: int = -1,
-        try_number: int | None = None,
+        map_index: Annotated[int, Query(ge=-1, le=MAX_MAP_INDEX)] = -1,
+        try_number: Annotated[int | None, Query(ge=0, le=MAX_TRY_NUMBER)] = None,
         readable_dags: frozenset[str] | None = readable_dags_dep,
     ) -> dict[str, Any]:
         """The full record of one try with every decision (candidates, score breakdown, rejections)."""

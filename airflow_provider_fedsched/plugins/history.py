@@ -30,6 +30,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.record import FAILURE_KINDS, XCOM_KEY, PlacementRecord
+from airflow_provider_fedsched.federation.spec import SpecError
+from airflow_provider_fedsched.validation.stored import check_depth, loads_bounded
 
 MAX_PAGE_SIZE = 200
 DEFAULT_PAGE_SIZE = 50
@@ -231,9 +233,14 @@ class UnreadableRecord(ValueError):
 def parse_record(value: Any) -> PlacementRecord:
     """The record in a stored XCom value (a JSON string, a JSON document, or already a mapping)."""
     try:
-        while isinstance(value, str | bytes):
-            value = json.loads(value)
-    except (ValueError, TypeError) as exc:
+        for _ in range(3):  # a JSON string holding JSON (double-encoded), not more
+            if not isinstance(value, str | bytes):
+                break
+            value = loads_bounded(value)
+        check_depth(value)  # a deeply nested value is a row that says so, never a RecursionError (a 500)
+    except SpecError as exc:
+        raise UnreadableRecord(f"not a placement record ({exc})") from None
+    except (ValueError, TypeError, RecursionError) as exc:
         raise UnreadableRecord(f"not JSON ({exc.__class__.__name__})") from None
     if not isinstance(value, Mapping):
         raise UnreadableRecord(f"not a placement record (a JSON {type(value).__name__})")
@@ -329,7 +336,7 @@ def decision_detail(raw: Mapping[str, Any]) -> dict[str, Any]:
     """One decision in the shape the page renders; a decision this version cannot read says so."""
     try:
         decision = Decision.from_dict(dict(raw)).to_dict()
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         return {"readable": False, "error": f"unreadable decision ({exc.__class__.__name__})"}
     plugins: list[str] = []
     for candidate in decision["candidates"]:

@@ -6,10 +6,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from airflow_provider_fedsched.federation.documents import parse_yaml, read_text_file
 from airflow_provider_fedsched.federation.resources import QuantityError, parse_quantity
+from airflow_provider_fedsched.federation.spec import SpecError
 from airflow_provider_fedsched.sim.util import quantity_too_large
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -169,12 +170,10 @@ def parse_config(data: Any, source: str = "config") -> SimConfig:
 
 def load_config(path: str | Path) -> SimConfig:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SimConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise SimConfigError(f"{path}: invalid YAML: {exc}") from None
+    try:  # the provider's one YAML reader: duplicate keys, alias bombs, non-regular files refused
+        data = parse_yaml(read_text_file(path, "simulator configuration"), "simulator configuration")
+    except SpecError as exc:
+        raise SimConfigError(f"{path}: {exc}") from None
     return parse_config(data, str(path))
 
 
@@ -193,7 +192,7 @@ def conn_id(cluster: str) -> str:
 
 
 def default_policy() -> dict[str, Any]:
-    policy = yaml.safe_load(DEFAULTS_FILE.read_text())["policy"]
+    policy = parse_yaml(DEFAULTS_FILE.read_text(), str(DEFAULTS_FILE))["policy"]
     assert isinstance(policy, dict)
     return policy
 

@@ -7,10 +7,10 @@ why items many writers add get a key each (see :mod:`.stores`).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from airflow_provider_fedsched.state.backend import Consistency
+from airflow_provider_fedsched.validation.stored import loads_bounded, read_stored
 
 
 def _in_task_runner() -> bool:
@@ -35,14 +35,15 @@ class AirflowVariableStateBackend:
     )
 
     def get(self, key: str) -> Any | None:
-        return self._read(key, deserialize_json=True)
+        # Untrusted: a value that is not bounded JSON is logged once with its key and read as absent.
+        return read_stored(key, self._read(key, deserialize_json=False), loads_bounded)
 
     def get_raw(self, key: str) -> str | None:
         """A Variable's text as stored (for values that are not ours, like a federation spec)."""
         value = self._read(key, deserialize_json=False)
         return None if value is None else str(value)
 
-    def _read(self, key: str, deserialize_json: bool) -> Any | None:
+    def _read(self, key: str, deserialize_json: bool = False) -> Any | None:
         if _in_task_runner():
             from airflow.sdk import Variable as SdkVariable
 
@@ -55,9 +56,7 @@ class AirflowVariableStateBackend:
         with create_session() as session:
             row = session.query(Variable).filter(Variable.key == key).one_or_none()
             text = None if row is None else row.val
-        if text is None or not deserialize_json:
-            return text
-        return json.loads(text)
+        return text
 
     def set(self, key: str, value: Any) -> None:
         if _in_task_runner():
@@ -93,10 +92,12 @@ class AirflowVariableStateBackend:
 
     def get_many(self, prefix: str) -> dict[str, Any]:
         if _in_task_runner():
-            return {key: self.get(key) for key in self.keys(prefix)}
+            found = {key: self.get(key) for key in self.keys(prefix)}
+            return {key: value for key, value in found.items() if value is not None}
         from airflow.models import Variable
         from airflow.utils.session import create_session
 
         with create_session() as session:
             rows = session.query(Variable).filter(Variable.key.startswith(prefix)).all()
-            return {row.key: json.loads(row.val) for row in rows if row.val is not None}
+            found = {row.key: read_stored(row.key, row.val, loads_bounded) for row in rows}
+        return {key: value for key, value in found.items() if value is not None}

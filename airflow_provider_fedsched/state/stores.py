@@ -19,6 +19,14 @@ from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.resources import ResourceList, add
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.state.backend import StateBackend
+from airflow_provider_fedsched.validation.stored import (
+    StoredCooldown,
+    StoredReservation,
+    parse_model,
+    parse_snapshot,
+    read_stored,
+    stored_time,
+)
 
 HISTORY_LIMIT = 200
 """Samples kept per cluster and kind (utilization, start latency, outcomes)."""
@@ -32,8 +40,31 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
 
 
-def _parse(moment: str) -> datetime:
-    return datetime.fromisoformat(moment).astimezone(UTC)
+_cooldown = parse_model(StoredCooldown)
+_reservation = parse_model(StoredReservation)
+
+
+def _mapping(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def _dict(raw: Any) -> dict[str, Any]:
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
+def _lease(raw: Any) -> tuple[str, datetime]:
+    document = _mapping(raw)
+    return str(document.get("owner")), stored_time(document.get("until"), "until")
+
+
+def _orphan(raw: Any) -> tuple[str, str]:
+    document = _mapping(raw)
+    namespace, pod = document.get("namespace"), document.get("pod")
+    if not isinstance(namespace, str) or not isinstance(pod, str) or not namespace or not pod:
+        raise ValueError("expected {'namespace': str, 'pod': str}")
+    return namespace, pod
 
 
 class _Store:
@@ -68,38 +99,44 @@ class SnapshotStore(_Store):
         documents = {s.cluster: s.model_dump(mode="json") for s in snapshots}
         for cluster, document in documents.items():
             self.backend.set(self._key("snapshot", cluster), document)
-        index = dict(self.backend.get(f"{self.prefix}/snapshot-index") or {})
+        index = _dict(self.backend.get(f"{self.prefix}/snapshot-index"))  # a corrupted index is rebuilt
         for snapshot in snapshots:
             index[snapshot.cluster] = snapshot.observed_at.isoformat()
             self._decoded[(self.prefix, snapshot.cluster)] = snapshot
         self.backend.set(f"{self.prefix}/snapshot-index", index)
         if self.embed:
-            bundle = dict(self.backend.get(f"{self.prefix}/snapshot-bundle") or {})
+            bundle = _dict(self.backend.get(f"{self.prefix}/snapshot-bundle"))
             bundle.update(documents)
             self.backend.set(f"{self.prefix}/snapshot-bundle", bundle)
 
     def get(self, cluster: str) -> ClusterSnapshot | None:
-        raw = self.backend.get(self._key("snapshot", cluster))
-        return ClusterSnapshot.model_validate(raw) if raw else None
+        key = self._key("snapshot", cluster)
+        return read_stored(key, self.backend.get(key) or None, parse_snapshot)
 
     def newest(self, clusters: Iterable[str]) -> dict[str, ClusterSnapshot]:
         """The newest snapshot of each cluster; only the ones that changed are read and decoded."""
-        index = self.backend.get(f"{self.prefix}/snapshot-index") or {}
+        index_key = f"{self.prefix}/snapshot-index"
+        index = self.backend.get(index_key) or {}
+        if not isinstance(index, dict):
+            index = read_stored(index_key, index, _mapping) or {}
         result: dict[str, ClusterSnapshot] = {}
         outdated: dict[str, datetime] = {}
         for name in clusters:
-            at = index.get(name)
-            if not isinstance(at, str):
+            at = read_stored(f"{index_key}[{name}]", index.get(name), stored_time)
+            if at is None:
                 continue
             cached = self._decoded.get((self.prefix, name))
-            if cached is not None and cached.observed_at == _parse(at):
+            if cached is not None and cached.observed_at == at:
                 result[name] = cached
             else:
-                outdated[name] = _parse(at)
-        bundle = self.backend.get(f"{self.prefix}/snapshot-bundle") if outdated and self.embed else None
+                outdated[name] = at
+        bundle_key = f"{self.prefix}/snapshot-bundle"
+        bundle = self.backend.get(bundle_key) if outdated and self.embed else None
+        if not isinstance(bundle, dict):
+            bundle = None
         for name, at in outdated.items():
             document = (bundle or {}).get(name)
-            snapshot = ClusterSnapshot.model_validate(document) if document else None
+            snapshot = read_stored(f"{bundle_key}[{name}]", document or None, parse_snapshot)
             if snapshot is None or snapshot.observed_at != at:
                 snapshot = self.get(name)  # the bundle lost this one: its own key is the truth
             if snapshot is not None:
@@ -138,11 +175,11 @@ class CooldownStore(_Store):
 
     def get(self, cluster: str, now: datetime, namespace: str | None = None) -> tuple[datetime, str] | None:
         """``(until, reason)`` while ``cluster`` (or its ``namespace``) is cooling down at ``now``."""
-        raw = self.backend.get(self._cooldown_key(cluster, namespace))
-        if not raw:
+        key = self._cooldown_key(cluster, namespace)
+        stored = read_stored(key, self.backend.get(key) or None, _cooldown)
+        if stored is None:
             return None
-        until = _parse(raw["until"])
-        return (until, str(raw.get("reason", ""))) if until > now else None
+        return (stored.until, stored.reason) if stored.until > now else None
 
     def details(self, cluster: str, now: datetime) -> list[tuple[str | None, datetime, str]]:
         """Every cooldown of ``cluster`` in force at ``now``: ``(namespace or None, until, reason)``,
@@ -150,8 +187,9 @@ class CooldownStore(_Store):
         found: list[tuple[str | None, datetime, str]] = []
         for key, raw in self.backend.get_many(self._key("cooldown", cluster)).items():
             name, _, scope = key.rsplit("/", 1)[-1].partition("@")
-            if name == cluster and raw and (until := _parse(raw["until"])) > now:
-                found.append((scope or None, until, str(raw.get("reason", ""))))
+            stored = read_stored(key, raw or None, _cooldown) if name == cluster else None
+            if stored is not None and stored.until > now:
+                found.append((scope or None, stored.until, stored.reason))
         return sorted(found, key=lambda entry: (entry[0] is not None, entry[0] or ""))
 
     def in_force(
@@ -163,7 +201,8 @@ class CooldownStore(_Store):
         result: dict[str, datetime] = {}
         for key, raw in self.backend.get_many(f"{self.prefix}/cooldown/").items():
             name, _, scope = key.rsplit("/", 1)[-1].partition("@")
-            until = _parse(raw["until"]) if raw else None
+            stored = read_stored(key, raw or None, _cooldown) if name in wanted else None
+            until = None if stored is None else stored.until
             if name not in wanted or until is None or until <= now or (scope and scope != namespace):
                 continue
             result[name] = max(until, result.get(name, until))
@@ -192,15 +231,16 @@ class ReservationStore(_Store):
         result: dict[str, ResourceList] = {}
         for key, raw in self.backend.get_many(f"{self.prefix}/reservation/").items():
             cluster, placement_id = key.rsplit("/", 2)[-2:]
-            if not raw:
+            stored = read_stored(key, raw or None, _reservation)
+            if stored is None:
                 continue
-            at = _parse(raw["at"])
+            at = stored.at
             snapshot = snapshots.get(cluster)
             seen = snapshot is not None and snapshot.observed_at > at and placement_id in snapshot.placements
             if seen or now - at > RESERVATION_TTL:
                 self.backend.delete(key)
                 continue
-            result[cluster] = add(result.get(cluster, {}), raw["requests"])
+            result[cluster] = add(result.get(cluster, {}), stored.requests)
         return result
 
 
@@ -219,7 +259,8 @@ class LeaseStore(_Store):
         for cluster in clusters:
             key = self._key("lease", cluster)
             current = self.backend.get(key)
-            if current and current.get("owner") != owner and _parse(current["until"]) > now:
+            held = read_stored(key, current or None, _lease)
+            if held is not None and held[0] != owner and held[1] > now:
                 continue
             self.backend.set(key, {"owner": owner, "until": _iso(now + ttl)})
             claimed.append(cluster)
@@ -229,14 +270,14 @@ class LeaseStore(_Store):
         won = []
         for cluster in claimed:
             confirmed = self.backend.get(self._key("lease", cluster))
-            if confirmed is not None and confirmed.get("owner") == owner:
+            if isinstance(confirmed, dict) and confirmed.get("owner") == owner:
                 won.append(cluster)
         return won
 
     def end(self, cluster: str, owner: str) -> None:
         key = self._key("lease", cluster)
         current = self.backend.get(key)
-        if current and current.get("owner") == owner:
+        if isinstance(current, dict) and current.get("owner") == owner:
             self.backend.delete(key)
 
 
@@ -249,8 +290,9 @@ class OrphanStore(_Store):
         )
 
     def of(self, cluster: str) -> list[tuple[str, str]]:
-        found = self.backend.get_many(self._key("orphan", cluster) + "/").values()
-        return [(raw["namespace"], raw["pod"]) for raw in found if raw]
+        found = self.backend.get_many(self._key("orphan", cluster) + "/")
+        pods = [read_stored(key, raw or None, _orphan) for key, raw in found.items()]
+        return [pod for pod in pods if pod is not None]
 
     def forget(self, cluster: str, namespace: str, pod: str) -> None:
         self.backend.delete(self._key("orphan", cluster, f"{namespace}.{pod}"))

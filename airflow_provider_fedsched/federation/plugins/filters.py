@@ -120,6 +120,13 @@ class Freshness(FilterPlugin):
             return unschedulable("no snapshot of this cluster")
         age = cluster.snapshot.age_seconds(state.now)
         ttl = state.policy.snapshot_ttl_seconds
+        if age < -ttl:
+            # Observed "in the future" by more than a TTL: the clocks disagree, and trusting it would keep
+            # the snapshot fresh for as long as the skew (forever, for an observed_at in 2099).
+            return unschedulable(
+                f"snapshot observed_at {cluster.snapshot.observed_at.isoformat(timespec='seconds')} is "
+                f"{-age:.0f}s in the future (more than the ttl {ttl:g}s): clocks disagree"
+            )
         return unschedulable(f"snapshot is {age:.1f}s old (ttl {ttl:g}s)") if age > ttl else SUCCESS
 
 

@@ -286,7 +286,7 @@ def _decode_continue(token: str) -> tuple[str, str]:
         if not all(isinstance(part, str) for part in start):
             raise TypeError
         return start
-    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError):
+    except (ValueError, KeyError, TypeError, RecursionError, binascii.Error, UnicodeError):
         raise ApiError(
             400, "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
         ) from None

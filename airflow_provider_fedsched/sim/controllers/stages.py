@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_fedsched.federation.documents import parse_yaml, read_text_file
 from airflow_provider_fedsched.sim.apiserver.objects import set_condition
 from airflow_provider_fedsched.sim.apiserver.patch import strategic_merge
 from airflow_provider_fedsched.sim.apiserver.store import Obj
@@ -79,7 +79,7 @@ class StageFile(_Model):
 
 
 def load_stages(path: Path = STAGES_FILE) -> list[Stage]:
-    return StageFile.model_validate(yaml.safe_load(path.read_text())).stages
+    return StageFile.model_validate(parse_yaml(read_text_file(path, "stage file"), str(path))).stages
 
 
 # -- selectors -------------------------------------------------------------------------------------------

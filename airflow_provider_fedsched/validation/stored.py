@@ -1,0 +1,236 @@
+"""Values read back from shared state (Airflow Variables) and XComs, treated as untrusted input.
+
+Anyone with Variable or XCom write access, an older or newer provider version, or a half-written value
+can put anything under a ``fedsched/...`` key. A value that does not parse is **logged once with its key
+and treated as absent**: it never stops a decision, a page or another user's rows. :func:`read_stored` does
+that for any parser; the parsers below cover the kinds the provider stores. :func:`loads_bounded` and
+:func:`check_depth` keep a deeply nested document from becoming a ``RecursionError`` (an HTTP 500).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from airflow_provider_fedsched.federation._loading import spec_error
+from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, check_time, describe
+from airflow_provider_fedsched.federation.resources import ResourceList
+from airflow_provider_fedsched.federation.spec import SpecError
+
+__all__ = [
+    "MAX_STORED_BYTES",
+    "MAX_STORED_DEPTH",
+    "StoredCooldown",
+    "StoredReservation",
+    "check_depth",
+    "loads_bounded",
+    "parse_model",
+    "parse_snapshot",
+    "read_stored",
+    "stored_time",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+MAX_STORED_BYTES = 16 * 2**20
+"""A stored value's JSON text (a 5,000-node snapshot is about 2 MiB)."""
+MAX_STORED_DEPTH = 32
+"""Nesting of a stored value (a placement record is 5 levels deep)."""
+MAX_STORED_NODES = 2_000_000
+_LOGGED_KEYS = 10_000
+"""Keys remembered as already reported (oldest forgotten first): memory stays bounded."""
+
+_logged: OrderedDict[str, None] = OrderedDict()
+_logged_lock = threading.Lock()
+
+
+def _first_time(key: str) -> bool:
+    with _logged_lock:
+        if key in _logged:
+            _logged.move_to_end(key)
+            return False
+        _logged[key] = None
+        if len(_logged) > _LOGGED_KEYS:
+            _logged.popitem(last=False)
+        return True
+
+
+def read_stored(
+    key: str, raw: Any, parse: Callable[[Any], T], *, logger: logging.Logger | None = None
+) -> T | None:
+    """``parse(raw)``, or None (logged once per key) when ``raw`` is not a value ``parse`` accepts.
+
+    ``parse`` raises ``ValueError`` (``SpecError``, pydantic's ``ValidationError``), ``TypeError``,
+    ``KeyError`` or ``RecursionError`` on bad input; the log line names the key and the problem, never
+    the value (which may be large, or hold what it should not).
+    """
+    if raw is None:
+        return None
+    try:
+        return parse(raw)
+    except ValidationError as exc:
+        problem = str(spec_error(exc))
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if _first_time(key):
+        (logger or log).warning(
+            "Ignoring unreadable stored value under %s (treated as absent): %s", key, problem
+        )
+    return None
+
+
+def forget_logged() -> None:
+    """Forget which keys were reported (tests; a long-lived process never needs it)."""
+    with _logged_lock:
+        _logged.clear()
+
+
+def stored_time(raw: Any, field: str = "time") -> datetime:
+    """An ISO 8601 string (naive = UTC) between 1970 and 9000, as UTC."""
+    if not isinstance(raw, str) or len(raw) > 64:
+        raise SpecError(f"{field}: expected an ISO 8601 timestamp string, got {type(raw).__name__}")
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise SpecError(f"{field}: {describe(raw)} is not an ISO 8601 timestamp") from None
+    return check_time(moment, field).astimezone(UTC)
+
+
+class _Stored(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+def _bounded_time(value: Any, field: str) -> datetime:
+    if isinstance(value, datetime):
+        return check_time(value, field).astimezone(UTC)
+    return stored_time(value, field)
+
+
+class StoredCooldown(_Stored):
+    """``fedsched/<federation>/cooldown/<cluster>[@namespace]``: ``{"until": ISO, "reason": str}``."""
+
+    until: datetime
+    reason: str = Field("", max_length=4096)
+
+    @field_validator("until", mode="before")
+    @classmethod
+    def _until(cls, value: Any) -> datetime:
+        return _bounded_time(value, "until")
+
+
+class StoredReservation(_Stored):
+    """``fedsched/<federation>/reservation/<cluster>/<id>``: requests held for a pod not yet observed."""
+
+    requests: dict[str, int]
+    at: datetime
+    placement_id: str = Field("", max_length=253)
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, value: Any) -> datetime:
+        return _bounded_time(value, "at")
+
+    @field_validator("requests")
+    @classmethod
+    def _amounts(cls, value: ResourceList) -> ResourceList:
+        for name, amount in value.items():
+            if not 0 <= amount <= MAX_QUANTITY:
+                raise ValueError(f"{name}: {amount} is not an amount in 0..2^63-1")
+        return value
+
+
+def parse_model(model: type[M]) -> Callable[[Any], M]:
+    """A parser for :func:`read_stored`: JSON text or a decoded document, validated by ``model``."""
+
+    def parse(raw: Any) -> M:
+        document = loads_bounded(raw) if isinstance(raw, str | bytes) else raw
+        check_depth(document, MAX_STORED_DEPTH)
+        if not isinstance(document, Mapping):
+            raise SpecError(f"expected a JSON object, got {type(document).__name__}")
+        return model.model_validate(document)
+
+    return parse
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_INNERMOST = re.compile(r"\[\]|\{\}")
+
+
+def loads_bounded(
+    text: str | bytes, *, max_depth: int = MAX_STORED_DEPTH, max_bytes: int = MAX_STORED_BYTES
+) -> Any:
+    """``json.loads`` that refuses text over ``max_bytes`` or nested deeper than ``max_depth`` with a
+    ``ValueError`` before parsing (``json`` would raise ``RecursionError`` at about 1,000 levels)."""
+    if len(text) > max_bytes:
+        raise SpecError(f"JSON document of {len(text):,} bytes, more than the {max_bytes:,} allowed")
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="strict")
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    # Each pass removes the innermost pairs (at C speed): a document of depth d is empty after d passes.
+    for _ in range(max_depth):
+        if not brackets:
+            break
+        reduced = _INNERMOST.sub("", brackets)
+        if reduced == brackets:
+            break  # unbalanced: json.loads below says where
+        brackets = reduced
+    else:
+        if brackets:
+            raise SpecError(f"JSON document nested deeper than {max_depth} levels")
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+
+
+def _no_constant(name: str) -> Any:
+    raise SpecError(f"JSON has no {name} (a stored number must be finite)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise SpecError(f"the number {describe(text)} is beyond a float (a stored number must be finite)")
+    return value
+
+
+def check_depth(value: Any, max_depth: int = MAX_STORED_DEPTH, max_nodes: int = MAX_STORED_NODES) -> None:
+    """Raise ``ValueError`` when a decoded document nests deeper than ``max_depth`` or holds more than
+    ``max_nodes`` values (walked without recursion, so any depth is safe to check)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    seen = 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > max_nodes:
+            raise SpecError(f"document holds more than {max_nodes:,} values")
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            raise SpecError(f"document nested deeper than {max_depth} levels")
+        stack.extend((child, depth + 1) for child in children)
+
+
+def parse_snapshot(raw: Any) -> Any:
+    """A stored ``ClusterSnapshot`` (JSON text or a decoded document), bounded in depth and size."""
+    from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
+
+    document = loads_bounded(raw) if isinstance(raw, str | bytes) else raw
+    check_depth(document, MAX_STORED_DEPTH)
+    if not isinstance(document, Mapping):
+        raise SpecError(f"expected a JSON object, got {type(document).__name__}")
+    return ClusterSnapshot.model_validate(document)
