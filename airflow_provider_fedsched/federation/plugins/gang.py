@@ -17,7 +17,7 @@ would place; it never places a gang that does not fit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -61,6 +61,8 @@ class _GangData:
     """Largest first (GPUs, then cpu, then memory): the hardest to place go first."""
     constraints: _NodeFitData
     """The shared node selector and tolerations (the node-fit plugin's matcher, reused)."""
+    smallest: tuple[tuple[str, int], ...]
+    """Per resource, the smallest amount any role's pod asks (a node without it can hold no pod)."""
     verdicts: dict[tuple[str, bool], str | None] = field(default_factory=dict)
     """(cluster, now?) -> None when the gang fits, else why not."""
 
@@ -95,9 +97,7 @@ def pack(roles: tuple[_Role, ...], nodes: list[ResourceList]) -> tuple[_Role, in
         fitting.sort()  # best fit: the nodes with room for the fewest of these pods first
         for count, position in fitting:
             take = min(left, count)
-            free = nodes[position]
-            for name, amount in role.items:
-                free[name] = free.get(name, 0) - amount * take
+            _charge(nodes[position], role.items, take)
             left -= take
             if not left:
                 break
@@ -106,11 +106,37 @@ def pack(roles: tuple[_Role, ...], nodes: list[ResourceList]) -> tuple[_Role, in
     return None
 
 
+def _charge(free: ResourceList, items: tuple[tuple[str, int], ...], pods: int) -> None:
+    for name, amount in items:
+        free[name] = free.get(name, 0) - amount * pods
+
+
+def _count_equal(
+    role: _Role, nodes: Iterable[Mapping[str, int]]
+) -> tuple[_Role, int, list[ResourceList]] | None:
+    """One role (equal pods): the counts per node add up, in any order, so stop as soon as they cover
+    the gang (walking no further); copy the nodes only to explain a shortfall."""
+    placed = 0
+    seen: list[tuple[Mapping[str, int], int]] = []
+    for free in nodes:
+        count = _how_many(role.items, free)
+        placed += count
+        if placed >= role.count:
+            return None
+        seen.append((free, count))
+    left = []
+    for free, count in seen:
+        remaining = dict(free)
+        _charge(remaining, role.items, count)
+        left.append(remaining)
+    return role, placed, left
+
+
 def _shortfall(role: _Role, placed: int, nodes: list[ResourceList], free_word: str) -> str:
     """ "3 of 4 worker pods fit: the largest free node left has 2 nvidia.com/gpu (each asks 4)"."""
     what = f"{placed} of {role.count} {role.name} pod(s) fit"
     if not nodes:
-        return f"{what}: no node matches the node selector with only tolerated taints"
+        return f"{what}: no node matches the node selector with only tolerated taints (and, now, is ready)"
     if not role.items:
         return what
     # The scarcest resource: where the roomiest node left is furthest from one more pod.
@@ -122,30 +148,57 @@ def _shortfall(role: _Role, placed: int, nodes: list[ResourceList], free_word: s
     )
 
 
+def _eligible(
+    data: _GangData,
+    index: ClusterIndex,
+    adjusted: dict[str, ResourceList] | None,
+    now: bool,
+    *,
+    skip_small: bool,
+) -> Iterator[Mapping[str, int]]:
+    """The free (now) or allocatable (ever) resources of the nodes the gang's pods may use."""
+    constraints = data.constraints
+    selector = constraints.selector
+    for group in index.groups:
+        if not constraints.tolerated(group.taints):
+            continue
+        # A group none of whose nodes could hold even the smallest pod adds nothing.
+        most = group.max_free if now and adjusted is None else group.max_allocatable
+        if skip_small and not _how_many(data.smallest, most):
+            continue
+        for node in group.nodes:
+            if now and not node.schedulable:
+                break  # schedulable nodes come first
+            if selector and not _selector_matches(selector, node.labels):
+                continue
+            if now:
+                yield adjusted.get(node.name, node.free) if adjusted else node.free
+            else:
+                yield node.allocatable
+
+
 def _verdict(data: _GangData, cluster: ClusterView, index: ClusterIndex, now: bool) -> str | None:
     key = (cluster.spec.name, now)
     if key in data.verdicts:
         return data.verdicts[key]
     constraints = data.constraints
-    selector = constraints.selector
     adjusted: dict[str, ResourceList] | None = None
     if now and cluster.reservation:
         reservation = _in_flight(cluster)
         adjusted = _charge_reservation(constraints, index, reservation) if reservation else None
-    nodes: list[ResourceList] = []
-    for group in index.groups:
-        if not constraints.tolerated(group.taints):
-            continue
-        for node in group.nodes:
-            if now and not node.schedulable:
-                continue
-            if selector and not _selector_matches(selector, node.labels):
-                continue
-            if now:
-                nodes.append(dict(adjusted.get(node.name, node.free) if adjusted else node.free))
-            else:
-                nodes.append(dict(node.allocatable))
-    missing = pack(data.roles, nodes)
+    nodes = _eligible(data, index, adjusted, now, skip_small=True)
+    if len(data.roles) == 1:
+        missing = _count_equal(data.roles[0], nodes)
+    else:
+        missing = pack(data.roles, [dict(free) for free in nodes])
+    if missing is not None and not missing[2]:
+        # Every node was set aside as too small: explain with all of them.
+        role, placed, _ = missing
+        missing = (
+            role,
+            placed,
+            [dict(free) for free in _eligible(data, index, adjusted, now, skip_small=False)],
+        )
     verdict = None if missing is None else _shortfall(*missing, free_word="free" if now else "empty")
     data.verdicts[key] = verdict
     return verdict
@@ -163,7 +216,10 @@ class _GangPoint(FilterPlugin):
             for role in sorted(request.gang, key=_role_size, reverse=True)
         )
         constraints = _NodeFitData((), request.node_selector, tuple(request.tolerations))
-        _DATA.put(state, _GangData(roles, constraints))
+        asked = [dict(role.items) for role in roles]
+        common = set.intersection(*(set(items) for items in asked))
+        smallest = tuple(sorted((name, min(items[name] for items in asked)) for name in common))
+        _DATA.put(state, _GangData(roles, constraints, smallest))
 
 
 class GangCapacity(_GangPoint):
