@@ -34,7 +34,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_fedsched.operators.federated_pod"],
+                "python-modules": [
+                    "airflow_provider_fedsched.operators.federated_pod",
+                    "airflow_provider_fedsched.operators.federated_job",
+                ],
             }
         ],
         "hooks": [

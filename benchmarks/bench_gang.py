@@ -16,12 +16,11 @@ import argparse
 import gc
 import random
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_engine import GIB, GPU, NOW, generate, percentile
+from bench_engine import GIB, GPU, NOW, generate, percentile, timed_decisions
 
 from airflow_provider_fedsched.federation import FederationEngine, TaskRequest, Toleration
 from airflow_provider_fedsched.federation.request import GangRole
@@ -50,16 +49,6 @@ def workload(size: int, count: int, seed: int) -> list[TaskRequest]:
     return out
 
 
-def timed(engine: FederationEngine, requests: list[TaskRequest], snapshots: dict) -> tuple[list[float], int]:
-    latencies, placed = [], 0
-    for request in requests:
-        start = time.perf_counter()
-        decision = engine.decide(request, snapshots, now=NOW)
-        latencies.append(time.perf_counter() - start)
-        placed += decision.placed
-    return latencies, placed
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -79,7 +68,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     rows = []
     for size in (1, 8, 64):
-        latencies, placed = timed(engine, workload(size, decisions, SEED + size), snapshots)
+        latencies, placed = timed_decisions(engine, workload(size, decisions, SEED + size), snapshots)
         rows.append((size, percentile(latencies, 0.5), percentile(latencies, 0.99), placed))
     base = rows[0][1]
     for size, p50, p99, placed in rows:

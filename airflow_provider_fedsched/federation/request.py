@@ -74,6 +74,15 @@ def tolerates_all(tolerations: Iterable[Toleration], taints: Iterable[Taint]) ->
     return all(any(t.tolerates(taint) for t in tolerations) for taint in taints)
 
 
+def _requests(value: ResourceList) -> ResourceList:
+    """Requests as a request holds them: never negative; zero requests ask for nothing, and dropping
+    them keeps fit checks short."""
+    for name, amount in value.items():
+        if amount < 0:
+            raise ValueError(f"{name}: {amount} is negative")
+    return {name: amount for name, amount in value.items() if amount}
+
+
 class GangRole(BaseModel):
     """Pods of one shape in a gang (a Job's workers, an MPI launcher): all of them start together."""
 
@@ -84,13 +93,7 @@ class GangRole(BaseModel):
     resources: ResourceList = Field(default_factory=dict)
     """One pod's requests, in scheduler units."""
 
-    @field_validator("resources")
-    @classmethod
-    def _non_negative(cls, value: ResourceList) -> ResourceList:
-        for name, amount in value.items():
-            if amount < 0:
-                raise ValueError(f"{name}: {amount} is negative")
-        return {name: amount for name, amount in value.items() if amount}
+    _non_negative = field_validator("resources")(lambda value: _requests(value))
 
 
 def gang_total(roles: Iterable[GangRole]) -> ResourceList:
@@ -127,14 +130,7 @@ class TaskRequest(BaseModel):
     """Pods that must all fit real nodes of one cluster at the same time (a Job); empty for one pod.
     ``resources`` is then the whole gang's sum (:meth:`for_gang`), which cost, quota and headroom use."""
 
-    @field_validator("resources")
-    @classmethod
-    def _non_negative(cls, value: ResourceList) -> ResourceList:
-        for name, amount in value.items():
-            if amount < 0:
-                raise ValueError(f"{name}: {amount} is negative")
-        # Zero requests ask for nothing; dropping them keeps fit checks short.
-        return {name: amount for name, amount in value.items() if amount}
+    _non_negative = field_validator("resources")(lambda value: _requests(value))
 
     @model_validator(mode="after")
     def _gang_sum(self) -> TaskRequest:

@@ -258,7 +258,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                 if isinstance(text, bytes):
                     text = text.decode("utf-8", "replace")
                 for line in str(text).splitlines():
-                    self.log.info("[%s] %s", name, line)
+                    self.log.info("[%s] %s: %s", self.base_container_name, name, line)
         self._end(attempt)
         self._finish(context, attempt, "succeeded", "")
         return None

@@ -4,7 +4,7 @@ the simulated federation's Job controller. A gang runs whole in one cluster or m
 from __future__ import annotations
 
 import json
-import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,10 +15,12 @@ import yaml
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation, wait_for
 from tests import airflow_harness
-from tests.operators.test_federated_operator import xcom
+from tests.operators import test_federated_operator as pod_tests
 
 DAG_FILE = Path(__file__).parent / "dags" / "federated_job_dags.py"
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+xcom = pod_tests.xcom
+background = pod_tests.background  # the fixture, shared with the pod operator's tests
 
 
 def run(dag_id: str) -> tuple[str, dict[str, Any] | None]:
@@ -36,8 +38,8 @@ def left_behind(fed: SimFederation, dag_id: str) -> list[str]:
     """Every Job and pod of the DAG still in any cluster."""
     found = []
     for name, handle in fed.handles.items():
-        for plural in ("jobs", "pods"):
-            for item in handle._snapshot(plural):
+        for plural, items in (("jobs", handle.jobs()), ("pods", handle.pods())):
+            for item in items:
                 if (item["metadata"].get("labels") or {}).get("dag_id") == dag_id:
                     found.append(f"{name}/{plural}/{item['metadata']['name']}")
     return found
@@ -52,11 +54,18 @@ def east_mostly_full(sim_federation: SimFederation, federation: Path) -> Iterato
     spec = yaml.safe_load(federation.read_text())
     spec["policy"]["snapshot_ttl_seconds"] = 3600
     federation.write_text(yaml.safe_dump(spec))
-    FederationHook().collect()
+
+    def roomy_snapshot() -> bool:
+        # On a loaded machine a collection may time out (the cluster is then "unreachable"): ask again.
+        seen = FederationHook().collect()["east-cpu"]
+        return seen.reachable and seen.index.total_free.get("cpu", 0) >= 3 * 2000
+
+    wait_for(roomy_snapshot, timeout=120, interval=1.0)
     east = sim_federation["east-cpu"]
     fillers = []
+    run = uuid.uuid4().hex[:6]
     for position, node in enumerate(east.nodes()):
-        name = f"gang-filler-{node['metadata']['name']}"
+        name = f"gang-filler-{run}-{position}"
         east.create_pod(
             "default",
             {
@@ -81,20 +90,6 @@ def east_mostly_full(sim_federation: SimFederation, federation: Path) -> Iterato
         east.delete_pod("default", name, grace=0)
     for name in fillers:
         east.wait_for_gone("default", name, timeout=30)
-
-
-@pytest.fixture
-def background() -> Iterator[Callable[[Callable[[], None]], None]]:
-    threads: list[threading.Thread] = []
-
-    def start(target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, daemon=True)
-        threads.append(thread)
-        thread.start()
-
-    yield start
-    for thread in threads:
-        thread.join(timeout=30)
 
 
 def test_a_gang_runs_whole_in_the_chosen_cluster_and_leaves_nothing(
