@@ -187,15 +187,20 @@ def main() -> int:
             for name, handle in fed.handles.items()
             for p in handle.pods()
             if p["metadata"]["name"] != OTHER_TEAM_POD
+        ] + [
+            f"{name}/{j['metadata']['namespace']}/job/{j['metadata']['name']}"
+            for name, handle in fed.handles.items()
+            for j in handle.jobs()
         ]
     records = summarize(env)
     print()
     print_decision(records, "nightly_etl")
+    print_decision(records, "train_bert")
     print_summary(records)
     log("what the pods printed (streamed into the task logs):")
     for line in pod_lines(log_file):
         print(f"    {line}")
-    log(f"pods left behind in any cluster: {len(left)}{' ' + ', '.join(left) if left else ''}")
+    log(f"pods and jobs left behind in any cluster: {len(left)}{' ' + ', '.join(left) if left else ''}")
     log(f"DAG run {'succeeded' if code == 0 else 'FAILED'} in {time.monotonic() - started:.0f}s end to end")
     return code
 

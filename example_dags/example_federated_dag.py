@@ -1,4 +1,4 @@
-"""The demo DAG: five federated tasks that each show one rule of the federation at work.
+"""The demo DAG: six federated tasks that each show one rule of the federation at work.
 
 Run by ``make demo`` against the simulated federation (``fedsched sim up``). The ``sim.fedsched.io/*``
 annotations only steer the simulated kubelet (how long a pod runs, what it logs); on real clusters they
@@ -9,6 +9,8 @@ are inert.
 * ``clickstream_rollup``: reads a 2 TB dataset; moving compute to the data beats paying the egress.
 * ``nightly_etl``: its cheapest cluster runs out of quota; it fails over within its allowed regions.
 * ``resumable_backfill``: preemptible; evicted mid-run, it resumes from its checkpoint elsewhere.
+* ``train_bert``: a 3-worker training Job (2 GPUs per worker, all three start together): the federation
+  places the whole gang in the one cluster whose nodes can hold every worker at once.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pendulum
 from airflow.sdk import DAG
 from kubernetes.client import models as k8s
 
+from airflow_provider_fedsched.operators.federated_job import FederatedKubernetesJobOperator
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
 
 
@@ -96,4 +99,19 @@ with DAG(
         ),
     )
 
+    train_bert = FederatedKubernetesJobOperator(
+        task_id="train_bert",
+        name="train-bert",
+        cmds=["python", "-m", "train", "--distributed"],
+        container_resources=resources("4", "16Gi", gpu=2),
+        tolerations=[k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
+        parallelism=3,
+        completions=3,
+        backoff_limit=0,
+        job_poll_interval=0.5,
+        expected_duration=timedelta(hours=4),
+        annotations=sim_behaviour(1, "worker ready: 3/3 in the gang", "epoch 1/1 loss=0.38"),
+    )
+
     nightly_etl >> [train_model, eu_customer_report, clickstream_rollup] >> resumable_backfill
+    train_model >> train_bert

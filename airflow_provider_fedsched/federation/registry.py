@@ -50,6 +50,7 @@ PLUGINS: tuple[Registered, ...] = (
     Registered("ClusterTaints", "filter", "filters:ClusterTaints", mandatory=True),
     Registered("ClusterLabels", "filter", "filters:ClusterLabels"),
     Registered("Capacity", "filter", "nodefit:Capacity", mandatory=True),
+    Registered("GangCapacity", "filter", "gang:GangCapacity", mandatory=True),
     # "Not now" rules.
     Registered("Excluded", "filter", "filters:Excluded", mandatory=True),
     Registered("Reachable", "filter", "filters:Reachable", mandatory=True),
@@ -57,6 +58,7 @@ PLUGINS: tuple[Registered, ...] = (
     Registered("Cooldown", "filter", "filters:Cooldown"),
     Registered("Quota", "filter", "filters:Quota"),
     Registered("NodeFit", "filter", "nodefit:NodeFit", mandatory=True),
+    Registered("GangFit", "filter", "gang:GangFit", mandatory=True),
     # Scores.
     Registered("Cost", "score", "scores:Cost", weight=1.0, tie_break=True),
     Registered("Locality", "score", "scores:Locality", weight=1.0),

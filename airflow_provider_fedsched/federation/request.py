@@ -12,7 +12,7 @@ from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, MAX_SECOND
 from airflow_provider_fedsched.federation.resources import QuantityError, ResourceList, pod_requests
 from airflow_provider_fedsched.federation.spec import Namespace, Taint, TaintEffect
 
-__all__ = ["TaskRequest", "Toleration", "tolerates_all"]
+__all__ = ["GangRole", "TaskRequest", "Toleration", "gang_total", "tolerates_all"]
 
 
 class Toleration(BaseModel):
@@ -75,6 +75,39 @@ def tolerates_all(tolerations: Iterable[Toleration], taints: Iterable[Taint]) ->
     return all(any(t.tolerates(taint) for t in tolerations) for taint in taints)
 
 
+def _requests(value: ResourceList) -> ResourceList:
+    """Requests as a request holds them: never negative; zero requests ask for nothing, and dropping
+    them keeps fit checks short."""
+    for name, amount in value.items():
+        if amount < 0:
+            raise ValueError(f"{name}: {amount} is negative")
+        if amount > MAX_QUANTITY:
+            raise ValueError(f"{name}: {amount} is beyond Kubernetes' quantity range (2^63-1)")
+    return {name: amount for name, amount in value.items() if amount}
+
+
+class GangRole(BaseModel):
+    """Pods of one shape in a gang (a Job's workers, an MPI launcher): all of them start together."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="worker", min_length=1)
+    count: int = Field(ge=1)
+    resources: ResourceList = Field(default_factory=dict)
+    """One pod's requests, in scheduler units."""
+
+    _non_negative = field_validator("resources")(lambda value: _requests(value))
+
+
+def gang_total(roles: Iterable[GangRole]) -> ResourceList:
+    """What the whole gang requests: the sum over its pods."""
+    total: ResourceList = {}
+    for role in roles:
+        for name, amount in role.resources.items():
+            total[name] = total.get(name, 0) + amount * role.count
+    return total
+
+
 class TaskRequest(BaseModel):
     """One task's placement request. ``resources`` are scheduler units (see :mod:`resources`)."""
 
@@ -96,17 +129,22 @@ class TaskRequest(BaseModel):
     expected_duration_seconds: float = Field(default=3600.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     preemptible: bool = False
     """Carried for the operator (it may be evicted and retried); the engine does not score it."""
+    gang: tuple[GangRole, ...] = ()
+    """Pods that must all fit real nodes of one cluster at the same time (a Job); empty for one pod.
+    ``resources`` is then the whole gang's sum (:meth:`for_gang`), which cost, quota and headroom use."""
 
-    @field_validator("resources")
-    @classmethod
-    def _non_negative(cls, value: ResourceList) -> ResourceList:
-        for name, amount in value.items():
-            if amount < 0:
-                raise ValueError(f"{name}: {amount} is negative")
-            if amount > MAX_QUANTITY:
-                raise ValueError(f"{name}: {amount} is beyond Kubernetes' quantity range (2^63-1)")
-        # Zero requests ask for nothing; dropping them keeps fit checks short.
-        return {name: amount for name, amount in value.items() if amount}
+    _non_negative = field_validator("resources")(lambda value: _requests(value))
+
+    @model_validator(mode="after")
+    def _gang_sum(self) -> TaskRequest:
+        if self.gang and self.resources != gang_total(self.gang):
+            raise ValueError("resources: a gang request's resources are the sum of its pods' (use for_gang)")
+        return self
+
+    @property
+    def gang_size(self) -> int:
+        """How many pods the request places at once (1 for a pod task)."""
+        return sum(role.count for role in self.gang) or 1
 
     @classmethod
     def build(cls, where: str = "request", **fields: Any) -> TaskRequest:
@@ -117,11 +155,25 @@ class TaskRequest(BaseModel):
             raise spec_error(exc, where) from None
 
     @classmethod
-    def from_pod_spec(cls, pod_spec: Mapping[str, Any], **federation_args: Any) -> TaskRequest:
+    def for_gang(cls, gang: Iterable[GangRole], **federation_args: Any) -> TaskRequest:
+        """A gang request: every role's pods, and ``resources`` their sum."""
+        roles = tuple(gang)
+        if not roles:
+            raise SpecError("request.gang: a gang has at least one role")
+        try:
+            return cls(resources=gang_total(roles), gang=roles, **federation_args)
+        except ValidationError as exc:
+            raise spec_error(exc, "request") from None
+
+    @classmethod
+    def from_pod_spec(
+        cls, pod_spec: Mapping[str, Any], *, gang_of: int | None = None, **federation_args: Any
+    ) -> TaskRequest:
         """Build a request from a Kubernetes pod spec dict (camelCase or snake_case).
 
         Requests are computed as the scheduler does (:func:`resources.pod_requests`); ``nodeSelector`` and
         ``tolerations`` are read from the spec; everything else comes from ``federation_args``.
+        ``gang_of``: the request is a gang of that many pods of this spec (a Job's parallelism).
         """
         selector = pod_spec.get("nodeSelector") or pod_spec.get("node_selector") or {}
         tolerations = [
@@ -129,16 +181,23 @@ class TaskRequest(BaseModel):
             for position, t in enumerate(pod_spec.get("tolerations") or [])
         ]
         try:
-            resources = pod_requests(pod_spec)
+            requests = pod_requests(pod_spec)
         except QuantityError as exc:
             raise SpecError(f"request.resources.{exc} (in the pod's containers or overhead)") from None
         except (AttributeError, TypeError):
             raise SpecError(
                 "request.resources: a container's resources must be a mapping of requests and limits"
             ) from None
+        if gang_of is not None:
+            try:
+                role = GangRole(count=gang_of, resources=requests)
+            except ValidationError as exc:
+                raise spec_error(exc, "request.gang[0]") from None
+            federation_args["gang"] = (role,)
+            requests = gang_total((role,))
         try:
             return cls(
-                resources=resources,
+                resources=requests,
                 node_selector=dict(selector),
                 tolerations=[*tolerations, *federation_args.pop("tolerations", [])],
                 **federation_args,

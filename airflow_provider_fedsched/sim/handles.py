@@ -142,6 +142,9 @@ class ClusterHandle:
     def pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
         return self._snapshot("pods", namespace)
 
+    def jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self._snapshot("jobs", namespace)
+
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.call(lambda: copy.deepcopy(self.cluster.store.get("pods", namespace, name)))
 

@@ -225,8 +225,9 @@ class Capacity(_NodeFitPoint):
 
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         index = cluster.index
-        if index is None or not index.node_count:
-            return SUCCESS  # nothing known about the nodes: not a reason to give up
+        if index is None or not index.node_count or state.request.gang:
+            # Nothing known about the nodes: not a reason to give up. A gang: GangCapacity packs its pods.
+            return SUCCESS
         data: _NodeFitData = state.data[_DATA.name]  # per cluster: indexing, not a call
         if data.walk(cluster, index) != _NEVER:
             return SUCCESS
@@ -240,6 +241,8 @@ class NodeFit(_NodeFitPoint):
 
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         index = cluster.index
+        if state.request.gang:
+            return SUCCESS  # GangFit packs every pod of a gang; the request's resources are their sum
         if index is None:
             return unschedulable("no snapshot of this cluster")
         data: _NodeFitData = state.data[_DATA.name]  # per cluster: indexing, not a call

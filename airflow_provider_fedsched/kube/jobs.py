@@ -1,0 +1,131 @@
+"""A batch/v1 Job and its pods in one cluster: read them together, delete them together and confirm both
+are gone (a gang leaves a cluster whole; nothing of it is left behind)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client import BatchV1Api, CoreV1Api
+from kubernetes.client import models as k8s
+
+from airflow_provider_fedsched.kube.failures import (
+    ClusterFailure,
+    disruption,
+    scheduled,
+    unschedulable_message,
+)
+from airflow_provider_fedsched.kube.pods import CONFIRM_INTERVAL, as_dict, is_gone
+
+__all__ = ["JOB_NAME_LABEL", "GangView", "JobManager"]
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+"""Set by the Job controller on every pod it creates (upstream and the simulator alike)."""
+
+
+def _condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+@dataclass(slots=True)
+class GangView:
+    """One read of a Job and its pods."""
+
+    job: dict[str, Any] | None
+    """None when the Job does not exist."""
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.job is not None and _condition(self.job, "Complete") is not None
+
+    @property
+    def failed(self) -> str | None:
+        """The Job's own failure (backoff limit, deadline), with its reason, else None."""
+        condition = _condition(self.job, "Failed") if self.job is not None else None
+        if condition is None:
+            return None
+        return f"{condition.get('reason') or 'Failed'}: {condition.get('message') or ''}".strip(": ")
+
+    def disrupted(self) -> ClusterFailure | None:
+        """The first member evicted or preempted, as the cluster's failure."""
+        for pod in self.pods:
+            found = disruption(pod)
+            if found is not None:
+                name = (pod.get("metadata") or {}).get("name")
+                return ClusterFailure(found.kind, f"member {name}: {found.reason}")
+        return None
+
+    def scheduled_count(self) -> int:
+        return sum(1 for pod in self.live_pods() if scheduled(pod))
+
+    def live_pods(self) -> list[dict[str, Any]]:
+        return [pod for pod in self.pods if not (pod.get("metadata") or {}).get("deletionTimestamp")]
+
+    def unschedulable(self) -> str | None:
+        """The scheduler's message for the first member it cannot place, else None."""
+        return next((m for pod in self.live_pods() if (m := unschedulable_message(pod)) is not None), None)
+
+
+class JobManager:
+    """Job I/O in one cluster through the official client."""
+
+    def __init__(self, batch: BatchV1Api, core: CoreV1Api) -> None:
+        self._batch = batch
+        self._core = core
+
+    def create(self, job: k8s.V1Job) -> None:
+        self._batch.create_namespaced_job(job.metadata.namespace, job)
+
+    def read(self, namespace: str, name: str) -> GangView:
+        try:
+            job = as_dict(self._batch.read_namespaced_job(name, namespace))
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
+            job = None
+        return GangView(job, self.pods(namespace, name))
+
+    def pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        listed = self._core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
+        return [as_dict(pod) for pod in listed.items]
+
+    def find(self, task: str, label: str) -> list[dict[str, Any]]:
+        """Jobs of any namespace carrying ``label=task`` (an earlier try's job, to adopt or delete)."""
+        listed = self._batch.list_job_for_all_namespaces(label_selector=f"{label}={task}")
+        return [as_dict(job) for job in listed.items]
+
+    def remove(self, namespace: str, name: str, *, within: float) -> bool:
+        """Delete the Job with its pods (foreground propagation, no grace: a member must never start
+        later) and confirm within ``within`` seconds that neither the Job nor any pod of it is left."""
+        deadline = time.monotonic() + within
+        deleted = False
+        while True:
+            try:
+                if not deleted:
+                    body = k8s.V1DeleteOptions(propagation_policy="Foreground", grace_period_seconds=0)
+                    try:
+                        self._batch.delete_namespaced_job(name, namespace, body=body)
+                    except Exception as exc:
+                        if not is_gone(exc):
+                            raise
+                    deleted = True
+                view = self.read(namespace, name)
+                for pod in view.pods:  # pods the propagation has not reached yet go at once
+                    pod_name = pod["metadata"]["name"]
+                    try:
+                        self._core.delete_namespaced_pod(pod_name, namespace, grace_period_seconds=0)
+                    except Exception as exc:
+                        if not is_gone(exc):
+                            raise
+                if view.job is None and not view.pods:
+                    return True
+            except Exception:
+                pass  # no answer, or a refusal: not confirmed gone; ask again until the deadline
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(CONFIRM_INTERVAL)

@@ -1,0 +1,345 @@
+"""FederatedKubernetesJobOperator: a KubernetesJobOperator whose whole Job (a gang of pods) the federation
+places in one cluster, all or nothing.
+
+It is FederatedKubernetesOperator's placement loop (decide, reserve, launch, leave, decide again within
+the try) with a Job as the unit: the decision is a gang decision (every pod of the Job on a real node of one
+cluster at the same time, :mod:`federation.plugins.gang`); if not every pod is scheduled within
+``unschedulable_grace_seconds``, or any member is evicted, the whole Job is deleted with its pods, confirmed
+gone, and the gang moves to the next cluster as one unit (resuming from ``checkpoint``). A Job that is not
+confirmed gone is never started elsewhere: the try fails instead (a later try adopts or deletes it). The
+Job's own failure (its backoff limit, a member's non-zero exit) fails the try as usual. See docs/jobs.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
+from airflow.sdk.exceptions import AirflowException
+from kubernetes.client import models as k8s
+
+from airflow_provider_fedsched.federation.record import Attempt
+from airflow_provider_fedsched.federation.request import GangRole, TaskRequest
+from airflow_provider_fedsched.kube.failures import ClusterFailure, never_sent
+from airflow_provider_fedsched.kube.jobs import GangView, JobManager
+from airflow_provider_fedsched.kube.labels import TASK_LABEL
+from airflow_provider_fedsched.kube.pods import unanswered
+from airflow_provider_fedsched.operators import attempts, records
+from airflow_provider_fedsched.operators.arguments import FederationError
+from airflow_provider_fedsched.operators.contract import GONE_TIMEOUT, ClusterLeft, Judged
+from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+
+__all__ = ["FederatedKubernetesJobOperator"]
+
+
+class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobOperator):
+    """Run a Job (``parallelism`` pods at once, ``completions`` in all) on one cluster of a federation.
+
+    Accepts KubernetesJobOperator's arguments (``parallelism``, ``completions``, ``backoff_limit``,
+    ``completion_mode``, ``ttl_seconds_after_finished``, ``full_job_spec``, ``job_poll_interval``, ...)
+    and FederatedKubernetesOperator's federation arguments. The gang is ``min(parallelism, completions)``
+    pods of the pod template. The Job is always watched to its end (all or nothing needs a watcher); with
+    ``deferrable=True`` the worker slot is released between polls, each poll judging a fresh read.
+    ``on_finish_action`` ``delete_pod`` (the default) deletes the finished Job with its pods.
+    """
+
+    template_fields: Sequence[str] = tuple(
+        dict.fromkeys((*FederatedKubernetesOperator.template_fields, *KubernetesJobOperator.template_fields))
+    )
+
+    def __init__(
+        self, *, job_poll_interval: float = 2.0, wait_until_job_complete: bool = True, **kwargs: Any
+    ):
+        super().__init__(
+            job_poll_interval=job_poll_interval, wait_until_job_complete=wait_until_job_complete, **kwargs
+        )
+
+    # The gang ------------------------------------------------------------------------------------------
+    def prepare(self, context: Any = None, hook: Any = None) -> tuple[k8s.V1Pod, TaskRequest]:
+        """The pod template once, and the gang request: ``min(parallelism, completions)`` such pods."""
+        if not self.wait_until_job_complete:
+            raise FederationError(
+                "wait_until_job_complete: a federated Job is always watched to its end (all or nothing "
+                "needs a watcher)"
+            )
+        if self.do_xcom_push:
+            raise FederationError("do_xcom_push: not supported for federated Jobs yet")
+        for name in ("parallelism", "completions"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise FederationError(f"{name} must be a whole number of pods, at least 1 (got {value!r})")
+        pod, request = super().prepare(context, hook)
+        others = request.model_dump(exclude={"resources", "gang"})
+        gang = TaskRequest.for_gang([GangRole(count=self.gang_size, resources=request.resources)], **others)
+        return pod, gang
+
+    @property
+    def gang_size(self) -> int:
+        parallelism = self.parallelism or 1
+        return parallelism if self.completions is None else min(parallelism, self.completions)
+
+    # Cluster switching ---------------------------------------------------------------------------------
+    @cached_property
+    def job_manager(self) -> JobManager:
+        return JobManager(self.hook.batch_v1_client, self.client)
+
+    def use_cluster(self, cluster: str, hook: Any = None) -> None:
+        before = self.current_cluster
+        super().use_cluster(cluster, hook)
+        if self.current_cluster != before:
+            for cached in ("job_client", "job_manager"):
+                self.__dict__.pop(cached, None)
+
+    # Entry points ----------------------------------------------------------------------------------------
+    def resume_job(self, context: Any, event: Any = None) -> Any:
+        """Re-entry after a deferred poll: judge the running attempt from a fresh read."""
+        self._begin(context)
+        attempt = self._record.current
+        if attempt is None or attempt.outcome != "running":
+            raise FederationError("resumed from a deferral without a running attempt in the placement record")
+        return self._place_after(context, attempt)
+
+    def _place_after(self, context: Any, attempt: Attempt) -> Any:
+        try:
+            return self._run_attempt(context, attempt)
+        except ClusterLeft:
+            return self._place_and_run(context)
+
+    # One attempt: the Job in one cluster ------------------------------------------------------------------
+    def _run_attempt(self, context: Any, attempt: Attempt) -> Any:
+        """Create the attempt's Job once (or reattach to it) and watch the gang until it ends."""
+        self.use_cluster(attempt.cluster)
+        try:
+            view = self._read(attempt)
+            if view.job is None:
+                if attempt.adopted or attempt.running_at is not None:
+                    raise Judged(
+                        ClusterFailure("unreachable", f"job {attempt.pod} disappeared before it ended")
+                    )
+                self._create(context, attempt)
+            else:
+                self.log.info(
+                    "Reattached to job %s/%s in %s", attempt.namespace, attempt.pod, attempt.cluster
+                )
+            while True:
+                if self._step(context, attempt):
+                    return self._succeeded(context, attempt)
+                if self.deferrable:
+                    from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+
+                    self._save(context)
+                    self.defer(
+                        trigger=TimeDeltaTrigger(timedelta(seconds=float(self.job_poll_interval))),
+                        method_name="resume_job",
+                    )
+                time.sleep(float(self.job_poll_interval))
+        except Judged as judged:
+            raise self._gang_left(context, attempt, judged.failure) from judged
+
+    def _attempt_job(self, attempt: Attempt) -> k8s.V1Job:
+        """The attempt's Job: the task's pod template (labelled, told where it runs and whether it
+        resumes) as the Job's template, with the Job's own labels the same (adoption finds it)."""
+        pod = attempts.attempt_pod(
+            self.pod_template,
+            self._record,
+            attempt,
+            base_container=self.base_container_name,
+            checkpoint=self.checkpoint,
+        )
+        labels = dict(pod.metadata.labels or {})
+        job = k8s.V1Job(
+            api_version="batch/v1",
+            kind="Job",
+            metadata=k8s.V1ObjectMeta(
+                name=attempt.pod,
+                namespace=attempt.namespace,
+                labels=labels,
+                annotations={attempts.DECISION_ANNOTATION: attempt.decision[:1000]},
+            ),
+            spec=k8s.V1JobSpec(
+                parallelism=self.parallelism,
+                completions=self.completions,
+                backoff_limit=self.backoff_limit,
+                completion_mode=self.completion_mode,
+                ttl_seconds_after_finished=self.ttl_seconds_after_finished,
+                template=k8s.V1PodTemplateSpec(
+                    metadata=k8s.V1ObjectMeta(labels=labels, annotations=pod.metadata.annotations),
+                    spec=pod.spec,
+                ),
+            ),
+        )
+        if self.full_job_spec is not None:
+            job = self.reconcile_jobs(self.full_job_spec, job)
+        return job
+
+    def _create(self, context: Any, attempt: Attempt) -> None:
+        job = self._attempt_job(attempt)
+        try:
+            self.job_manager.create(job)
+        except Exception as exc:
+            if never_sent(exc) or not unanswered(exc):
+                raise
+            # The create may have landed: the reads that follow find out (within the grace).
+        ti = context["ti"]
+        ti.xcom_push(key="job_name", value=attempt.pod)
+        ti.xcom_push(key="job_namespace", value=attempt.namespace)
+        self.log.info(
+            "Job %s/%s created in %s: a gang of %d pod(s)",
+            attempt.namespace,
+            attempt.pod,
+            attempt.cluster,
+            self.gang_size,
+        )
+
+    def _read(self, attempt: Attempt) -> GangView:
+        """A fresh read of the Job and its pods, waiting within the grace for an answer."""
+        deadline = time.monotonic() + self._grace()
+        while True:
+            try:
+                return self.job_manager.read(attempt.namespace, attempt.pod)
+            except Exception as exc:
+                if not unanswered(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise Judged(self.pod_manager.unreachable(exc, self._grace())) from exc
+                time.sleep(2.0)
+
+    def _step(self, context: Any, attempt: Attempt) -> bool:
+        """One judgement of the gang: True when the Job completed; raises Judged when the cluster failed
+        it, AirflowException when the Job failed on its own."""
+        view = self._read(attempt)
+        if view.job is None:
+            raise Judged(ClusterFailure("unreachable", f"job {attempt.pod} disappeared before it ended"))
+        found = view.disrupted()
+        if found is not None:
+            raise Judged(found)
+        if view.complete:
+            return True
+        failed = view.failed
+        if failed is not None:
+            reason = f"job {attempt.pod} failed: {failed}"
+            self._end(attempt)
+            self._finish(context, attempt, "failed", reason)
+            raise AirflowException(reason)
+        if attempt.running_at is None:
+            size, placed = self.gang_size, view.scheduled_count()
+            if placed >= size:
+                attempt.running_at = datetime.now(UTC)
+                self._save(context)
+                self.log.info("All %d pods of the gang are scheduled in %s", size, attempt.cluster)
+                return False
+            grace = float(self.unschedulable_grace_seconds)
+            waited = (datetime.now(UTC) - attempt.started_at).total_seconds()
+            if waited >= grace:
+                why = view.unschedulable() or "not scheduled"
+                raise Judged(
+                    ClusterFailure(
+                        "insufficient",
+                        f"{placed} of {size} pods of the gang scheduled within {grace:g}s: {why}",
+                    )
+                )
+        return False
+
+    def _succeeded(self, context: Any, attempt: Attempt) -> Any:
+        if self.get_logs:
+            for pod in self.job_manager.pods(attempt.namespace, attempt.pod):
+                name = pod["metadata"]["name"]
+                try:
+                    text = self.client.read_namespaced_pod_log(
+                        name, attempt.namespace, container=self.base_container_name
+                    )
+                except Exception as exc:  # logs are a courtesy: the Job's result stands
+                    self.log.warning("Could not read the logs of %s: %s", name, exc)
+                    continue
+                if isinstance(text, bytes):
+                    text = text.decode("utf-8", "replace")
+                for line in str(text).splitlines():
+                    self.log.info("[%s] %s: %s", self.base_container_name, name, line)
+        self._end(attempt)
+        self._finish(context, attempt, "succeeded", "")
+        return None
+
+    def _end(self, attempt: Attempt) -> None:
+        """After the Job ended: delete it with its pods, as ``on_finish_action`` says."""
+        if self.on_finish_action.value == "keep_pod":
+            return
+        if not self.job_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT):
+            self.log.warning("Job %s/%s is not confirmed deleted", attempt.namespace, attempt.pod)
+
+    def _gang_left(self, context: Any, attempt: Attempt, failure: ClusterFailure) -> BaseException:
+        """The cluster failed the gang: delete the whole Job, confirm it is gone, leave the cluster.
+
+        Not confirmed gone, the work is never started elsewhere: the try fails (FederationError)."""
+        attempt.failed_at = attempt.failed_at or datetime.now(UTC)
+        self.log.warning(
+            "Attempt %d in %s ended: %s (%s)", attempt.number, attempt.cluster, failure.kind, failure.reason
+        )
+        if not self.job_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT):
+            reason = (
+                f"{failure.reason}; job {attempt.pod} is not confirmed gone: the gang is not started "
+                "elsewhere"
+            )
+            self._finish(context, attempt, "lost", reason)
+            return FederationError(reason)
+        self.log.info(
+            "Job %s/%s and its pods are gone from %s", attempt.namespace, attempt.pod, attempt.cluster
+        )
+        self._leave(context, attempt, failure)
+        return ClusterLeft(failure)
+
+    # An earlier try's Job; the task ended ------------------------------------------------------------------
+    def _adopt_earlier(self, context: Any) -> Attempt | None:
+        """An earlier try's Job of this task instance (complete, else still running) is adopted, never run
+        a second time; any other is deleted. Members that do not answer are logged and skipped."""
+        record = self._record
+        if record.try_number <= 1 and self._earlier is None:
+            return None
+        digest = attempts.record_digest(record)
+        found: list[tuple[str, dict[str, Any]]] = []
+        for cluster in self.task_request.clusters or [c.name for c in self.federation_hook.spec.clusters]:
+            try:
+                self.use_cluster(cluster)
+                found.extend((cluster, job) for job in self.job_manager.find(digest, TASK_LABEL))
+            except Exception as exc:
+                self.log.warning("Could not look for earlier jobs in %s: %s", cluster, exc)
+        usable = [
+            (cluster, job)
+            for cluster, job in found
+            if GangView(job).failed is None and not job["metadata"].get("deletionTimestamp")
+        ]
+        usable.sort(key=lambda item: (not GangView(item[1]).complete, item[1]["metadata"]["name"]))
+        chosen = usable[0] if usable else None
+        for cluster, job in found:
+            if chosen is not None and job is chosen[1]:
+                continue
+            self.use_cluster(cluster)
+            metadata = job["metadata"]
+            self.log.info("Deleting job %s/%s of an earlier try", metadata["namespace"], metadata["name"])
+            self.job_manager.remove(metadata["namespace"], metadata["name"], within=GONE_TIMEOUT)
+        if chosen is None:
+            return None
+        attempt = attempts.adopted_attempt(record, *chosen)
+        attempt.running_at = attempt.started_at  # its gang was placed: a missing Job is not a fresh start
+        record.attempts.append(attempt)
+        record.cluster, record.outcome = attempt.cluster, "running"
+        self._save(context)
+        self.log.info("Adopting job %s/%s in %s", attempt.namespace, attempt.pod, attempt.cluster)
+        return attempt
+
+    def _cancel(self) -> None:
+        """The task was ended (UI, API, timeout): delete the Job with its pods where it runs."""
+        attempt = self.placement.current if self.placement else None
+        if attempt is None or attempt.outcome != "running":
+            return
+        self.use_cluster(attempt.cluster)
+        gone = self.job_manager.remove(attempt.namespace, attempt.pod, within=10.0)
+        why = "the task was ended while its job ran: " + (
+            "job deleted" if gone else "job not confirmed deleted"
+        )
+        records.end_attempt(self.federation_hook, self._record, attempt, "cancelled", why)
+        records.end_try(self._record, "failed", why)
+        self.log.info("%s (%s/%s in %s)", why, attempt.namespace, attempt.pod, attempt.cluster)

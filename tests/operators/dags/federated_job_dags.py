@@ -1,0 +1,51 @@
+"""One-task DAGs exercising FederatedKubernetesJobOperator (gangs) against the simulated federation."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk import DAG
+from kubernetes.client import models as k8s
+
+from airflow_provider_fedsched.operators.federated_job import FederatedKubernetesJobOperator
+
+
+def gang_dag(dag_id: str, duration: float = 2, logs: list[str] | None = None, **operator_args: Any) -> DAG:
+    annotations = {"sim.fedsched.io/duration": str(duration)}
+    if logs:
+        annotations["sim.fedsched.io/logs"] = json.dumps(logs)
+    args: dict[str, Any] = {"parallelism": 3, "completions": 3, **operator_args}
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False) as dag:
+        FederatedKubernetesJobOperator(
+            task_id="work",
+            name="gang",
+            image="busybox:1.36",
+            cmds=["sh", "-c", "true"],
+            namespace="default",
+            # user-events lives in east-cpu and may only go to cn-east-1 or cn-north-1.
+            datasets=["user-events"],
+            container_resources=k8s.V1ResourceRequirements(requests={"cpu": "2", "memory": "1Gi"}),
+            backoff_limit=0,
+            job_poll_interval=0.3,
+            unschedulable_grace_seconds=3,
+            annotations=annotations,
+            get_logs=True,
+            retries=0,
+            **args,
+        )
+    return dag
+
+
+gang_dag("gang_runs_whole")
+gang_dag("gang_unschedulable_moves")
+gang_dag("gang_deferrable_unschedulable_moves", deferrable=True)
+gang_dag(
+    "gang_evicted_resumes",
+    duration=40,
+    preemptible=True,
+    checkpoint="s3://bucket/ckpt",
+    logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"],
+)
+gang_dag("gang_bad_parallelism", parallelism=0)
