@@ -15,6 +15,7 @@ from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, spec_fingerprint
+from airflow_provider_fedsched.federation.tenancy import TenantInputs
 
 __all__ = ["FederationEngine"]
 
@@ -73,19 +74,23 @@ class FederationEngine:
         forecast: Mapping[str, float] | None = None,
         exclude: Mapping[str, str] | None = None,
         policy: PolicySpec | None = None,
+        tenancy: TenantInputs | None = None,
     ) -> Decision:
         """Place ``request`` given the latest ``snapshots`` (cluster name -> snapshot) at time ``now``.
 
         ``cooldowns``: cluster -> until when it takes no new work. ``reservations``: cluster -> in-flight
         requests not yet visible in its snapshot. ``forecast``: cluster -> predicted idle fraction.
         ``exclude``: cluster -> reason (failover). ``policy``: a per-task policy replacing the spec's.
+        ``tenancy``: federation-wide tenant usage, waiting tasks and spend (the tenant rules' inputs).
         Raises :class:`SpecError` naming the request field that refers to an unknown cluster, dataset,
         region or group.
         """
         if now.tzinfo is None:
             raise SpecError("now: must be timezone-aware")
         with _collector_paused():
-            return self._decide(request, snapshots, now, cooldowns, reservations, forecast, exclude, policy)
+            return self._decide(
+                request, snapshots, now, cooldowns, reservations, forecast, exclude, policy, tenancy
+            )
 
     def _decide(
         self,
@@ -97,6 +102,7 @@ class FederationEngine:
         forecast: Mapping[str, float] | None,
         exclude: Mapping[str, str] | None,
         policy: PolicySpec | None,
+        tenancy: TenantInputs | None,
     ) -> Decision:
         policy = policy or self.spec.policy
         datasets = self.spec.check_references(
@@ -104,6 +110,7 @@ class FederationEngine:
             datasets=request.datasets,
             prefer_region=request.prefer_region,
             prefer_group=request.prefer_group,
+            tenant=request.tenant,
             where="request",
         )
         state = CycleState(
@@ -116,6 +123,7 @@ class FederationEngine:
             forecast=forecast,
             datasets=datasets,
             request_items=tuple(sorted(request.resources.items())),
+            tenancy=tenancy,
         )
         plugins = self._profile if policy is self.spec.policy else profile(policy.filters, policy.scores)
         for plugin in plugins.preparers:

@@ -50,6 +50,9 @@ PLUGINS: tuple[Registered, ...] = (
     Registered("ClusterTaints", "filter", "filters:ClusterTaints", mandatory=True),
     Registered("ClusterLabels", "filter", "filters:ClusterLabels"),
     Registered("Capacity", "filter", "nodefit:Capacity", mandatory=True),
+    # Tenant rules (plugins/tenancy.py): after the hard rules, so they only ever reject.
+    Registered("Budget", "filter", "tenancy:Budget", mandatory=True),
+    Registered("TenantQuota", "filter", "tenancy:TenantQuota", mandatory=True),
     # "Not now" rules.
     Registered("Excluded", "filter", "filters:Excluded", mandatory=True),
     Registered("Reachable", "filter", "filters:Reachable", mandatory=True),
@@ -57,6 +60,7 @@ PLUGINS: tuple[Registered, ...] = (
     Registered("Cooldown", "filter", "filters:Cooldown"),
     Registered("Quota", "filter", "filters:Quota"),
     Registered("NodeFit", "filter", "nodefit:NodeFit", mandatory=True),
+    Registered("FairShare", "filter", "tenancy:FairShare", mandatory=True),
     # Scores.
     Registered("Cost", "score", "scores:Cost", weight=1.0, tie_break=True),
     Registered("Locality", "score", "scores:Locality", weight=1.0),

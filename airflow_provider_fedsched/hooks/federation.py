@@ -25,7 +25,8 @@ from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
-from airflow_provider_fedsched.hooks import decisions, ledgers, planning, sensing
+from airflow_provider_fedsched.federation.tenancy import TenantInputs
+from airflow_provider_fedsched.hooks import decisions, ledgers, planning, sensing, tenancy
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
@@ -213,11 +214,13 @@ class FederationHook(BaseHook):
         names = list(clusters)
         snapshots = self.snapshots(names, now=now)
         now = datetime.now(UTC) if now is None else now  # a refresh may have taken a moment
+        reservations, by_tenant = self.state.reservations.pending_by(snapshots, now)
         return FederationView(
             snapshots=snapshots,
             cooldowns=self.state.cooldowns.in_force(names, now, namespace=namespace),
-            reservations=self.state.reservations.pending(snapshots, now),
+            reservations=reservations,
             now=now,
+            tenancy=tenancy.inputs(self, snapshots, by_tenant, now),
         )
 
     def place(
@@ -247,10 +250,16 @@ class FederationHook(BaseHook):
                     forecast=forecast,
                 )
                 if decision.outcome != "placed" or decision.cluster is None:
+                    tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
                     return decision
                 if not self.reserve(decision.cluster, request, placement_id, policy=policy):
                     full[decision.cluster] = "its ledger is full: placements of other workers took the room"
                     continue
+                over = tenancy.admitted(self, request, placement_id, datetime.now(UTC))
+                if over is not None:
+                    self.release(decision.cluster, placement_id)
+                    decision = tenancy.taken(decision, over)
+                tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
                 return decision
 
     def reserve(
@@ -265,7 +274,9 @@ class FederationHook(BaseHook):
         cluster's ledger when it keeps one (False when the room is gone), and in shared state."""
         if ledgers.hold(self, cluster, request, placement_id, policy) is False:
             return False
-        self.state.reservations.hold(cluster, request.resources, now or datetime.now(UTC), placement_id)
+        self.state.reservations.hold(
+            cluster, request.resources, now or datetime.now(UTC), placement_id, tenant=request.tenant
+        )
         return True
 
     def release(self, cluster: str, placement_id: str) -> None:
@@ -320,6 +331,19 @@ class FederationHook(BaseHook):
 
     def orphans(self, cluster: str) -> list[tuple[str, str]]:
         return self.state.orphans.of(cluster)
+
+    # Tenants (see hooks/tenancy.py) -------------------------------------------------------------------
+    def tenants(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Per tenant: quota, use, borrowed, waiting tasks and spend this period (human quantities)."""
+        return tenancy.summary(self, now or datetime.now(UTC))
+
+    def charge(self, placement_id: str, charge: Mapping[str, Any]) -> None:
+        """Record what one cluster attempt cost (``tenant``, ``cost``, ``egress_gb``, ``at``, ...)."""
+        self.state.spend.charge(placement_id, charge)
+
+    def charges(self, since: datetime | None = None) -> list[dict[str, Any]]:
+        """Every attempt's charge since ``since`` (the cost report), oldest first."""
+        return self.state.spend.charges(since)
 
     # Plans and forecasts (see hooks/planning.py) -----------------------------------------------------
     def planned_decision(
@@ -376,6 +400,8 @@ class FederationView:
     cooldowns: dict[str, datetime]
     reservations: dict[str, ResourceList]
     now: datetime
+    tenancy: TenantInputs | None = None
+    """Tenant usage, waiting tasks and spend (None: the spec has no tenants)."""
 
 
 def _configured_spec_source() -> str:

@@ -28,7 +28,7 @@ from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot, NodeS
 from airflow_provider_fedsched.federation.spec import Taint
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.kube.clients import api_client, discard_client
-from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL
+from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TENANT_LABEL
 
 NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 _QUOTA_KEYS = {
@@ -116,6 +116,7 @@ def condense(
     """Build a snapshot from the API's JSON lists (pods already filtered to non-terminal ones)."""
     requested: dict[str, ResourceList] = {}
     placements: list[str] = []
+    tenants: dict[str, ResourceList] = {}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name:
@@ -125,15 +126,20 @@ def condense(
         except QuantityError:
             continue  # the API server would not have admitted it; never let one pod hide a cluster
         requested[node_name] = add(requested.get(node_name, {}), {**requests, PODS: 1})
-        placement = ((pod.get("metadata") or {}).get("labels") or {}).get(PLACEMENT_LABEL)
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        placement = labels.get(PLACEMENT_LABEL)
         if placement:
             placements.append(placement)
+        tenant = labels.get(TENANT_LABEL)
+        if tenant:
+            tenants[tenant] = add(tenants.get(tenant, {}), {**requests, PODS: 1})
     return ClusterSnapshot(
         cluster=cluster,
         observed_at=observed_at,
         nodes=[_node_snapshot(node, requested.get(node["metadata"]["name"], {})) for node in nodes],
         quota_headroom=quota_headroom(quotas),
         placements=sorted(placements),
+        tenants=tenants,
     )
 
 

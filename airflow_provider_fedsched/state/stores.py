@@ -19,6 +19,7 @@ from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.resources import ResourceList, add
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.state.backend import StateBackend
+from airflow_provider_fedsched.state.tenants import SpendStore, WaitingStore
 
 HISTORY_LIMIT = 200
 """Samples kept per cluster and kind (utilization, start latency, outcomes)."""
@@ -174,14 +175,20 @@ class ReservationStore(_Store):
     """Requests placed on a cluster but not yet visible in its snapshot (one key per placement)."""
 
     def hold(
-        self, cluster: str, requests: Mapping[str, int], now: datetime, placement_id: str | None = None
+        self,
+        cluster: str,
+        requests: Mapping[str, int],
+        now: datetime,
+        placement_id: str | None = None,
+        tenant: str | None = None,
     ) -> str:
-        """Hold ``requests`` on ``cluster`` until a snapshot taken after ``now`` shows the pod bound."""
+        """Hold ``requests`` on ``cluster`` until a snapshot taken after ``now`` shows the pod bound
+        (counted against ``tenant`` meanwhile, when given)."""
         placement_id = placement_id or uuid.uuid4().hex
-        self.backend.set(
-            self._key("reservation", cluster, placement_id),
-            {"requests": dict(requests), "at": _iso(now), "placement_id": placement_id},
-        )
+        value: dict[str, Any] = {"requests": dict(requests), "at": _iso(now), "placement_id": placement_id}
+        if tenant is not None:
+            value["tenant"] = tenant
+        self.backend.set(self._key("reservation", cluster, placement_id), value)
         return placement_id
 
     def release(self, cluster: str, placement_id: str) -> None:
@@ -189,7 +196,15 @@ class ReservationStore(_Store):
 
     def pending(self, snapshots: Mapping[str, ClusterSnapshot], now: datetime) -> dict[str, ResourceList]:
         """Per cluster, the requests reserved but not yet visible in that cluster's snapshot."""
+        return self.pending_by(snapshots, now)[0]
+
+    def pending_by(
+        self, snapshots: Mapping[str, ClusterSnapshot], now: datetime
+    ) -> tuple[dict[str, ResourceList], dict[str, list[tuple[datetime, str, ResourceList]]]]:
+        """:meth:`pending` per cluster, and per tenant each pending reservation as ``(at, placement id,
+        requests)``, oldest first (one read for both)."""
         result: dict[str, ResourceList] = {}
+        tenants: dict[str, list[tuple[datetime, str, ResourceList]]] = {}
         for key, raw in self.backend.get_many(f"{self.prefix}/reservation/").items():
             cluster, placement_id = key.rsplit("/", 2)[-2:]
             if not raw:
@@ -201,7 +216,12 @@ class ReservationStore(_Store):
                 self.backend.delete(key)
                 continue
             result[cluster] = add(result.get(cluster, {}), raw["requests"])
-        return result
+            tenant = raw.get("tenant")
+            if tenant:
+                tenants.setdefault(tenant, []).append((at, placement_id, dict(raw["requests"])))
+        for held in tenants.values():
+            held.sort(key=lambda item: (item[0], item[1]))
+        return result, tenants
 
 
 class LeaseStore(_Store):
@@ -347,3 +367,5 @@ class FederationState:
         self.history = HistoryStore(backend, self.prefix)
         self.forecasts = ForecastStore(backend, self.prefix)
         self.plans = PlanStore(backend, self.prefix)
+        self.waiting = WaitingStore(backend, self.prefix)
+        self.spend = SpendStore(backend, self.prefix)
