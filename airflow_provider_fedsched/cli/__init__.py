@@ -27,6 +27,8 @@ VERBS: dict[str, str] = {
     "sim": "sim",
     "testbed": "testbed",
     "replay": "replay",
+    "tenants": "tenants",
+    "cost": "cost",
 }
 
 

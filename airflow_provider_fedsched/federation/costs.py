@@ -19,7 +19,16 @@ if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.request import TaskRequest
     from airflow_provider_fedsched.federation.spec import DatasetSpec, FederationSpec, Prices
 
-__all__ = ["Estimate", "compute_per_hour", "decision_costs", "egress", "estimate"]
+__all__ = [
+    "REPORT_GROUPS",
+    "Estimate",
+    "attempt_cost",
+    "compute_per_hour",
+    "cost_report",
+    "decision_costs",
+    "egress",
+    "estimate",
+]
 
 GIB = 2**30
 
@@ -55,6 +64,7 @@ class Estimate:
     compute: float
     egress_gb: float
     egress_cost: float
+    per_hour: float
 
     @property
     def total(self) -> float:
@@ -63,6 +73,7 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         return {
             "cluster": self.cluster,
+            "per_hour": round(self.per_hour, 6),
             "compute": round(self.compute, 6),
             "egress_gb": round(self.egress_gb, 6),
             "egress_cost": round(self.egress_cost, 6),
@@ -82,9 +93,9 @@ def estimate(
     if datasets is None:
         datasets = spec.check_references(datasets=request.datasets)
     hours = (request.expected_duration_seconds if seconds is None else max(0.0, seconds)) / 3600.0
-    compute = compute_per_hour(spec.cluster(cluster).prices, request.resources.items()) * hours
+    per_hour = compute_per_hour(spec.cluster(cluster).prices, request.resources.items())
     gb, cost = egress(spec, datasets, cluster)
-    return Estimate(cluster, compute, gb, cost)
+    return Estimate(cluster, per_hour * hours, gb, cost, per_hour)
 
 
 def decision_costs(spec: FederationSpec, request: TaskRequest, decision: Decision) -> dict[str, Any]:
@@ -111,3 +122,34 @@ def attempt_cost(
         "egress_gb": round(found.egress_gb, 6),
         "egress_cost": round(found.egress_cost, 6),
     }
+
+
+REPORT_GROUPS = ("tenant", "dag", "cluster", "day")
+"""What ``fedsched cost --by`` and the Tenants view group charges by."""
+
+
+def cost_report(charges: Iterable[Mapping[str, Any]], by: str) -> list[dict[str, Any]]:
+    """Charges (one per cluster attempt) summed per ``by`` group, most expensive first."""
+    if by not in REPORT_GROUPS:
+        raise ValueError(f"by: unknown group {by!r} (choose {', '.join(REPORT_GROUPS)})")
+    groups: dict[str, dict[str, Any]] = {}
+    for charge in charges:
+        if by == "day":
+            key = str(charge.get("at", ""))[:10]
+        elif by == "dag":
+            key = str(charge.get("dag_id") or "-")
+        else:
+            key = str(charge.get(by) or "-")
+        row = groups.setdefault(
+            key, {by: key, "attempts": 0, "failed_attempts": 0, "cost": 0.0, "egress_gb": 0.0}
+        )
+        row["attempts"] += 1
+        row["failed_attempts"] += 0 if charge.get("outcome") == "succeeded" else 1
+        row["cost"] += float(charge.get("cost") or 0.0)
+        row["egress_gb"] += float(charge.get("egress_gb") or 0.0)
+    rows = [
+        {**row, "cost": round(row["cost"], 6), "egress_gb": round(row["egress_gb"], 6)}
+        for row in groups.values()
+    ]
+    order = (lambda r: r[by]) if by == "day" else (lambda r: (-r["cost"], r[by]))
+    return sorted(rows, key=order)

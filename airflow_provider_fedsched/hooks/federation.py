@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_provider_fedsched.federation.costs import decision_costs
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.forecast import ForecastModel
@@ -259,6 +260,10 @@ class FederationHook(BaseHook):
                 if over is not None:
                     self.release(decision.cluster, placement_id)
                     decision = tenancy.taken(decision, over)
+                else:
+                    decision.extra["cost"] = decision_costs(self.spec, request, decision)
+                    if request.tenant is not None:
+                        decision.extra["tenant"] = request.tenant
                 tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
                 return decision
 

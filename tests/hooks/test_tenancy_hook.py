@@ -166,3 +166,36 @@ def test_quota_admission_from_many_worker_processes_does_not_over_admit(
     print(f"quota admission: 24 requests, quota 8, placed {placed}, over-admitted {max(0, placed - 8)}")
     assert 1 <= placed <= 8
     assert rows["team-a"]["used"]["cpu"] == str(placed)  # every admitted placement is still held
+
+
+def test_each_attempt_records_its_cost_failed_ones_included() -> None:
+    from airflow_provider_fedsched.federation.record import PlacementRecord
+    from airflow_provider_fedsched.operators import attempts, records
+
+    now = datetime.now(UTC)
+    hook = hook_on(MemoryStateBackend(), now)
+    task = TaskRequest(resources={"cpu": 4000}, tenant="team-b", expected_duration_seconds=1800)
+    record = PlacementRecord(dag_id="d", run_id="r", task_id="t", try_number=1, started_at=now)
+    first = hook.place(task, attempts.placement_id(record, 1))
+    # a: 4 cpu x 0.1 = 0.40/h; the cheapest compliant alternative is a itself.
+    assert first.extra["cost"]["estimate"] == first.extra["cost"]["cheapest_compliant"]
+    assert first.extra["cost"]["estimate"]["per_hour"] == 0.4
+    attempt = attempts.new_attempt(record, first, "a", "default", "pod")
+    record.attempts.append(attempt)
+    attempt.running_at = attempt.started_at
+    records.end_attempt(hook, record, attempt, "evicted", "node drained")
+    attempt.ended_at = attempt.running_at + timedelta(minutes=30)  # as if it ran half an hour
+    records.charge(hook, record, attempt)
+    assert attempt.cost == 0.2
+    second = hook.place(task, attempts.placement_id(record, 2), exclude={"a": "evicted"})
+    assert second.cluster == "b" and second.extra["cost"]["cheapest_compliant"]["cluster"] == "b"
+    retry = attempts.new_attempt(record, second, "b", "default", "pod")
+    record.attempts.append(retry)
+    retry.running_at = retry.started_at
+    retry.ended_at = retry.running_at + timedelta(hours=1)
+    records.charge(hook, record, retry)
+    assert retry.cost == 0.8  # b: 4 x 0.2 for an hour
+    assert record.cost(now) == (1.0, 0.0)
+    charges = {c["cluster"]: c for c in hook.charges()}
+    assert (charges["a"]["cost"], charges["a"]["outcome"], charges["b"]["cost"]) == (0.2, "evicted", 0.8)
+    assert record.tenant == "team-b"
