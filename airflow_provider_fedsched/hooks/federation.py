@@ -8,6 +8,7 @@ takes milliseconds. A cluster that does not answer in time is unavailable, with 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,7 +28,7 @@ from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
 from airflow_provider_fedsched.federation.tenancy import TenantInputs
-from airflow_provider_fedsched.hooks import decisions, ledgers, planning, sensing, tenancy
+from airflow_provider_fedsched.hooks import decisions, ledgers, metrics, planning, sensing, tenancy
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
@@ -239,6 +240,21 @@ class FederationHook(BaseHook):
         (compare-and-set, across processes and hosts), and in shared state for the next decisions. A
         cluster whose ledger has no room left (other workers took it) is left out and the decision made
         again; deciding and reserving are one step per process."""
+        started = time.perf_counter()
+        decision = self._place(request, placement_id, exclude, excluded_at, impossible, policy, forecast)
+        metrics.decision(decision, time.perf_counter() - started)
+        return decision
+
+    def _place(
+        self,
+        request: TaskRequest,
+        placement_id: str,
+        exclude: Mapping[str, str] | None,
+        excluded_at: Mapping[str, datetime] | None,
+        impossible: Mapping[str, str] | None,
+        policy: PolicySpec | None,
+        forecast: Mapping[str, float] | None,
+    ) -> Decision:
         with _placement_lock:
             full: dict[str, str] = {}
             while True:
@@ -295,6 +311,7 @@ class FederationHook(BaseHook):
         """Keep ``cluster`` (or only its ``namespace``) out of decisions for the policy's cooldown."""
         until = (now or datetime.now(UTC)) + timedelta(seconds=self.spec.policy.cooldown_seconds)
         self.state.cooldowns.set(cluster, until, reason, namespace=namespace)
+        metrics.cooldown(cluster)
         return until
 
     def clear_cooldown(self, cluster: str, namespace: str | None = None) -> None:

@@ -8,7 +8,8 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_fedsched.federation.record import XCOM_KEY, Attempt, PlacementRecord
+from airflow_provider_fedsched.federation.record import FAILURE_KINDS, XCOM_KEY, Attempt, PlacementRecord
+from airflow_provider_fedsched.hooks import metrics
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.federation import FederationHook
@@ -86,6 +87,8 @@ def end_attempt(
     attempt.ended_at = datetime.now(UTC)
     hook.release(attempt.cluster, attempt.placement_id)
     charge(hook, record, attempt)
+    if outcome in FAILURE_KINDS:
+        metrics.failover(outcome, attempt.cluster)
     sample: dict[str, Any] = {"at": attempt.ended_at.isoformat(), "outcome": outcome}
     if outcome in ("succeeded", "failed"):
         sample["duration"] = (attempt.ended_at - attempt.started_at).total_seconds()
@@ -126,6 +129,7 @@ def charge(hook: FederationHook, record: PlacementRecord, attempt: Attempt) -> N
         )
     except Exception as exc:  # accounting never fails a try: the record still holds the cost
         hook.log.warning("Charge of attempt %s not recorded: %s", attempt.placement_id, exc)
+    metrics.attempt_cost(attempt.cost, moved, attempt.cluster, attempt.tenant)
 
 
 def end_try(record: PlacementRecord, outcome: str, reason: str) -> None:
