@@ -12,8 +12,9 @@ tenant, or a spec without tenants, passes them untouched.
   request above the quota itself can never be admitted. A ``reclaimable`` tenant's preemptible task may
   go over its quota by borrowing what other tenants' quotas leave idle.
 * ``FairShare``: when a task of a tenant further below its weighted share waits for room that this
-  cluster has, a task of a tenant further above does not take that room (dominant-resource shares over
-  the federation's capacity, divided by weight; ties go to the tenant named first).
+  cluster has, a task of a tenant further above takes only what those waiting tasks leave free
+  (dominant-resource shares over the federation's capacity, divided by weight; ties go to the tenant
+  named first).
 """
 
 from __future__ import annotations
@@ -33,12 +34,7 @@ from airflow_provider_fedsched.federation.framework import (
     unschedulable,
 )
 from airflow_provider_fedsched.federation.resources import PODS, ResourceList, format_quantity
-from airflow_provider_fedsched.federation.tenancy import (
-    TenantInputs,
-    WaitingTask,
-    dominant_share,
-    quota_text,
-)
+from airflow_provider_fedsched.federation.tenancy import TenantInputs, dominant_share, quota_text
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.tenancy import TenantSpec
@@ -184,11 +180,17 @@ def _idle_elsewhere(state: CycleState, borrower: str, resource: str, inputs: Ten
     return max(0, idle - borrowed)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Ahead:
+    """The waiting tasks of one more under-served tenant that could use the same clusters."""
+
     tenant: str
     share: float
-    waiting: tuple[WaitingTask, ...]
+    clusters: frozenset[str]
+    smallest: dict[str, int]
+    """Per resource, the least any of these tasks asks: with less free, none of them fits now."""
+    total: dict[str, int]
+    """What all of them ask together: the room this decision must leave them."""
 
 
 _FAIR = DataKey[tuple[_Ahead, ...]]("FairShare")
@@ -204,46 +206,53 @@ class FairShare(FilterPlugin):
             return
         tenant, inputs = found
         capacity = inputs.capacity
+        mine = dict(state.request_items)
 
         def key(name: str, weight: float) -> tuple[float, str]:
             return (round(dominant_share(inputs.usage.get(name, {}), capacity) / weight, 12), name)
 
-        mine = key(tenant.name, tenant.weight)
-        by_tenant: dict[str, list[WaitingTask]] = {}
+        own = key(tenant.name, tenant.weight)
+        keys: dict[str, tuple[float, str]] = {}
+        groups: dict[tuple[str, frozenset[str]], _Ahead] = {}
         for task in inputs.waiting:
-            if task.tenant != tenant.name:
-                by_tenant.setdefault(task.tenant, []).append(task)
-        ahead = []
-        for name, tasks in sorted(by_tenant.items()):
-            other = state.spec.tenant(name)
-            theirs = key(name, other.weight)
-            if theirs < mine:
-                ahead.append(_Ahead(name, theirs[0], tuple(sorted(tasks, key=lambda t: t.since))))
-        _FAIR.put(state, tuple(ahead))
+            if task.tenant == tenant.name:
+                continue
+            theirs = keys.get(task.tenant)
+            if theirs is None:
+                theirs = keys[task.tenant] = key(task.tenant, state.spec.tenant(task.tenant).weight)
+            # Only a tenant further below its share, and only a request this one takes room from, matter.
+            needs = {r: a for r, a in task.resources.items() if a}
+            if not theirs < own or not any(mine.get(r, 0) for r in needs):
+                continue
+            group = groups.get((task.tenant, task.clusters))
+            if group is None:
+                groups[(task.tenant, task.clusters)] = _Ahead(
+                    task.tenant, theirs[0], task.clusters, dict(needs), dict(needs)
+                )
+                continue
+            for resource in set(group.smallest) | set(needs):
+                group.smallest[resource] = min(group.smallest.get(resource, 0), needs.get(resource, 0))
+                group.total[resource] = group.total.get(resource, 0) + needs.get(resource, 0)
+        _FAIR.put(state, tuple(sorted(groups.values(), key=lambda a: (a.share, a.tenant))))
 
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         ahead: tuple[_Ahead, ...] = state.data[_FAIR.name]
         if not ahead or cluster.index is None:
             return SUCCESS
-        # Cluster-wide free room (not per node): the waiting task's node fit is judged by its own decision.
+        # Cluster-wide free room (not per node): the waiting tasks' node fit is judged by their decisions.
         free = cluster.index.total_free
         reserved = cluster.reservation
-        mine = dict(state.request_items)
+        mine = state.request_items
         name = cluster.spec.name
         for other in ahead:
-            for task in other.waiting:
-                if name not in task.clusters:
-                    continue
-                room = all(
-                    free.get(r, 0) - reserved.get(r, 0) >= amount for r, amount in task.resources.items()
-                )
-                after = all(
-                    free.get(r, 0) - reserved.get(r, 0) - mine.get(r, 0) >= amount
-                    for r, amount in task.resources.items()
-                )
-                if room and not after:
-                    return unschedulable(
-                        f"fair share: {other.tenant} is further below its weighted share "
-                        f"({other.share:.3f}) and has a task waiting for this room"
-                    )
+            if name not in other.clusters:
+                continue
+            if any(free.get(r, 0) - reserved.get(r, 0) < a for r, a in other.smallest.items()):
+                continue  # none of them fits here now: this room is not theirs to take
+            if all(free.get(r, 0) - reserved.get(r, 0) - a >= other.total.get(r, 0) for r, a in mine):
+                continue  # this task leaves them all the room they ask for
+            return unschedulable(
+                f"fair share: {other.tenant} is further below its weighted share "
+                f"({other.share:.3f}) and has tasks waiting for this room"
+            )
         return SUCCESS
