@@ -11,9 +11,8 @@ Run: ``.venv/bin/python benchmarks/bench_tenants.py [--quick]``
    warm-up; the same run without fair share (no waiting list: first come, first served) is the baseline.
 2. **Decision latency.** The engine at 100 clusters of 50 nodes (``bench_engine.generate``), the same
    requests with and without tenants: two tenants with quotas, one with a budget, 40 waiting tasks (four
-   request shapes), the
-   deciding tenant the over-served one (so ``FairShare`` checks every waiting task against every cluster:
-   the costly case). p50 of each, interleaved, and their ratio.
+   request shapes), the deciding tenant the over-served one (so ``FairShare`` checks the waiting tasks
+   against every cluster: the costly case). p50 of each, interleaved, and their ratio.
 """
 
 from __future__ import annotations
