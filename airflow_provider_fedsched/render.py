@@ -18,7 +18,14 @@ if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.decision import Decision
     from airflow_provider_fedsched.federation.plan import Plan
 
-__all__ = ["decision_table", "placement_summary", "plan_table", "snapshot_table"]
+__all__ = [
+    "cost_table",
+    "decision_table",
+    "placement_summary",
+    "plan_table",
+    "snapshot_table",
+    "tenants_table",
+]
 
 
 def _text(width: int, *renderables: Any) -> str:
@@ -176,4 +183,47 @@ def placement_summary(records: Sequence[Mapping[str, Any]], width: int = 160) ->
         if last.get("resumed_from_checkpoint"):
             why += "; resumed from checkpoint"
         table.add_row(record["task_id"], record.get("cluster") or "-", attempts, why)
+    return _text(width, table)
+
+
+def tenants_table(rows: Sequence[Mapping[str, Any]], width: int = 160) -> str:
+    """Tenants: quota and use per resource, borrowed, waiting tasks, spend this period (``hook.tenants``)."""
+    from rich.table import Table
+
+    table = Table(title="Tenants", show_lines=False)
+    for column in ("tenant", "weight", "use / quota", "borrowed", "waiting", "cost this period", "egress GB"):
+        table.add_column(column)
+    for row in rows:
+        names = sorted(set(row["quota"]) | set(row["used"]))
+        use = ", ".join(
+            f"{name} {row['used'].get(name, '0')}/{row['quota'].get(name, '-')}" for name in names
+        )
+        budget = f" / {row['max_cost']:g}" if row.get("max_cost") is not None else ""
+        table.add_row(
+            row["tenant"],
+            f"{row['weight']:g}",
+            use or "-",
+            ", ".join(f"{k} {v}" for k, v in row["borrowed"].items()) or "-",
+            str(row["waiting"]),
+            f"{row['cost']:.2f}{budget} ({row['period']})",
+            f"{row['egress_gb']:g}",
+        )
+    return _text(width, table)
+
+
+def cost_table(rows: Sequence[Mapping[str, Any]], by: str, width: int = 120) -> str:
+    """The cost report: one row per group (``federation.costs.cost_report``)."""
+    from rich.table import Table
+
+    table = Table(title=f"Cost by {by}", show_lines=False)
+    for column in (by, "attempts", "failed attempts", "cost", "egress GB"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            str(row[by]),
+            str(row["attempts"]),
+            str(row["failed_attempts"]),
+            f"{row['cost']:.2f}",
+            f"{row['egress_gb']:g}",
+        )
     return _text(width, table)

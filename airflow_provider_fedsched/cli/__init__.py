@@ -44,6 +44,8 @@ VERBS: dict[str, str] = {
     "sim": "sim",
     "testbed": "testbed",
     "replay": "replay",
+    "tenants": "tenants",
+    "cost": "cost",
 }
 
 

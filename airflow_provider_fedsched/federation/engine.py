@@ -16,6 +16,7 @@ from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, spec_fingerprint
+from airflow_provider_fedsched.federation.tenancy import TenantInputs
 
 __all__ = ["FederationEngine"]
 
@@ -74,12 +75,14 @@ class FederationEngine:
         forecast: Mapping[str, float] | None = None,
         exclude: Mapping[str, str] | None = None,
         policy: PolicySpec | None = None,
+        tenancy: TenantInputs | None = None,
     ) -> Decision:
         """Place ``request`` given the latest ``snapshots`` (cluster name -> snapshot) at time ``now``.
 
         ``cooldowns``: cluster -> until when it takes no new work. ``reservations``: cluster -> in-flight
         requests not yet visible in its snapshot. ``forecast``: cluster -> predicted idle fraction.
         ``exclude``: cluster -> reason (failover). ``policy``: a per-task policy replacing the spec's.
+        ``tenancy``: federation-wide tenant usage, waiting tasks and spend (the tenant rules' inputs).
         Raises :class:`SpecError` naming the request field that refers to an unknown cluster, dataset,
         region or group.
         """
@@ -87,7 +90,9 @@ class FederationEngine:
             raise SpecError("now: must be timezone-aware")
         check_time(now, "now")
         with _collector_paused():
-            return self._decide(request, snapshots, now, cooldowns, reservations, forecast, exclude, policy)
+            return self._decide(
+                request, snapshots, now, cooldowns, reservations, forecast, exclude, policy, tenancy
+            )
 
     def _decide(
         self,
@@ -99,6 +104,7 @@ class FederationEngine:
         forecast: Mapping[str, float] | None,
         exclude: Mapping[str, str] | None,
         policy: PolicySpec | None,
+        tenancy: TenantInputs | None,
     ) -> Decision:
         policy = policy or self.spec.policy
         datasets = self.spec.check_references(
@@ -106,6 +112,7 @@ class FederationEngine:
             datasets=request.datasets,
             prefer_region=request.prefer_region,
             prefer_group=request.prefer_group,
+            tenant=request.tenant,
             where="request",
         )
         state = CycleState(
@@ -118,6 +125,7 @@ class FederationEngine:
             forecast=forecast,
             datasets=datasets,
             request_items=tuple(sorted(request.resources.items())),
+            tenancy=tenancy,
         )
         plugins = self._profile if policy is self.spec.policy else profile(policy.filters, policy.scores)
         for plugin in plugins.preparers:

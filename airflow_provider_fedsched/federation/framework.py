@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         FederationSpec,
         PolicySpec,
     )
+    from airflow_provider_fedsched.federation.tenancy import TenantInputs
 
 __all__ = [
     "SUCCESS",
@@ -111,6 +112,8 @@ class CycleState:
     """The spec's datasets the request reads, resolved."""
     request_items: tuple[tuple[str, int], ...]
     """The request's resources, sorted: the form the fit checks iterate."""
+    tenancy: TenantInputs | None = None
+    """Federation-wide tenant usage, waiting tasks and spend (None: the spec has no tenants)."""
     data: dict[str, Any] = field(default_factory=dict)
     """Plugin data by :class:`DataKey` name; read and written only through the plugin's own key."""
 

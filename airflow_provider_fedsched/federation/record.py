@@ -50,6 +50,23 @@ class Attempt(BaseModel):
     """The pod is an earlier try's, found still running or finished and watched to its end."""
     failed_at: datetime | None = None
     """When the cluster's failure was first seen (the first call without an answer, the eviction...)."""
+    tenant: str | None = None
+    price_per_hour: float = 0.0
+    """The cluster's price of the task's requests per hour (``federation/costs.py``)."""
+    egress_gb: float = 0.0
+    """Data the task reads from other clusters: moved once its pod runs."""
+    egress_cost: float = 0.0
+    cost: float | None = None
+    """Estimated cost of this attempt, set when it ends: price per hour x hours its pod ran, plus the
+    egress cost if it ran at all (an attempt that never ran moved and used nothing)."""
+
+    def accrued_cost(self, until: datetime) -> tuple[float, float]:
+        """``(cost, egress GB)`` of this attempt up to ``until`` (or its end)."""
+        if self.running_at is None:
+            return 0.0, 0.0
+        end = self.ended_at or until
+        hours = max(0.0, (end - self.running_at).total_seconds()) / 3600.0
+        return round(self.price_per_hour * hours + self.egress_cost, 6), self.egress_gb
 
 
 class PlacementRecord(BaseModel):
@@ -78,6 +95,8 @@ class PlacementRecord(BaseModel):
     impossible: dict[str, str] = Field(default_factory=dict)
     """Clusters that can never take this task, learnt at run time (a request above a hard quota)."""
     decisions_dropped: int = 0
+    tenant: str | None = None
+    """The tenant the task ran for, if any."""
     """Older decisions left out to keep the record small (the first and the latest are kept)."""
     waiting_since: datetime | None = None
     """While the try waits for a compliant cluster: since when (kept across deferrals)."""
@@ -87,6 +106,14 @@ class PlacementRecord(BaseModel):
     """Wall-clock seconds from each cluster failure first seen to the next pod created."""
     started_at: datetime
     ended_at: datetime | None = None
+
+    def cost(self, until: datetime) -> tuple[float, float]:
+        """``(cost, egress GB)`` of every cluster attempt of the try, failed ones included."""
+        cost = egress = 0.0
+        for attempt in self.attempts:
+            c, gb = attempt.accrued_cost(until)
+            cost, egress = cost + c, egress + gb
+        return round(cost, 6), round(egress, 6)
 
     @property
     def current(self) -> Attempt | None:

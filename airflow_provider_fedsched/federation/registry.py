@@ -51,6 +51,9 @@ PLUGINS: tuple[Registered, ...] = (
     Registered("ClusterLabels", "filter", "filters:ClusterLabels"),
     Registered("Capacity", "filter", "nodefit:Capacity", mandatory=True),
     Registered("GangCapacity", "filter", "gang:GangCapacity", mandatory=True),
+    # Tenant rules (plugins/tenancy.py): after the hard rules, so they only ever reject.
+    Registered("Budget", "filter", "tenancy:Budget", mandatory=True),
+    Registered("TenantQuota", "filter", "tenancy:TenantQuota", mandatory=True),
     # "Not now" rules.
     Registered("Excluded", "filter", "filters:Excluded", mandatory=True),
     Registered("Reachable", "filter", "filters:Reachable", mandatory=True),
@@ -59,6 +62,7 @@ PLUGINS: tuple[Registered, ...] = (
     Registered("Quota", "filter", "filters:Quota"),
     Registered("NodeFit", "filter", "nodefit:NodeFit", mandatory=True),
     Registered("GangFit", "filter", "gang:GangFit", mandatory=True),
+    Registered("FairShare", "filter", "tenancy:FairShare", mandatory=True),
     # Scores.
     Registered("Cost", "score", "scores:Cost", weight=1.0, tie_break=True),
     Registered("Locality", "score", "scores:Locality", weight=1.0),

@@ -128,10 +128,16 @@ class TaskRequest(BaseModel):
     namespace: Namespace = "default"
     expected_duration_seconds: float = Field(default=3600.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     preemptible: bool = False
-    """Carried for the operator (it may be evicted and retried); the engine does not score it."""
+    """It may be evicted and retried elsewhere; only such a task may run on borrowed tenant quota."""
     gang: tuple[GangRole, ...] = ()
     """Pods that must all fit real nodes of one cluster at the same time (a Job); empty for one pod.
     ``resources`` is then the whole gang's sum (:meth:`for_gang`), which cost, quota and headroom use."""
+    tenant: str | None = None
+    """The tenant it runs for (its quota, fair share and budget); None = no tenant rule applies."""
+    max_cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Budget: a cluster where its estimated cost (compute and egress) is above this is out."""
+    max_egress_gb: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Budget: a cluster it would have to move more than this many GB of data to is out."""
 
     _non_negative = field_validator("resources")(lambda value: _requests(value))
 

@@ -203,6 +203,9 @@ class ClusterSnapshot(BaseModel):
     placements: list[str] = Field(default_factory=list)
     """Placement ids (``fedsched.io/placement`` label) of pods bound to a node when observed: an
     in-flight reservation is released once its placement shows up here."""
+    tenants: dict[str, ResourceList] = Field(default_factory=dict)
+    """Tenant (``fedsched.io/tenant`` label) -> requests of its pods bound to a node, ``pods`` their
+    count: the cluster's part of each tenant's federation-wide usage."""
 
     _index: ClusterIndex | None = PrivateAttr(default=None)
 
@@ -287,6 +290,12 @@ def _snapshot_from_file(raw: Any, path: str) -> ClusterSnapshot:
     document["quota_headroom"] = {
         str(ns): _parse_quantities(values, f"{path}.quota_headroom.{ns}") for ns, values in quota.items()
     }
+    tenants = document.get("tenants") or {}
+    if not isinstance(tenants, Mapping):
+        raise SpecError(f"{path}.tenants: expected a mapping of tenant to resources")
+    document["tenants"] = {
+        str(name): _parse_quantities(values, f"{path}.tenants.{name}") for name, values in tenants.items()
+    }
     try:
         return ClusterSnapshot.model_validate(document)
     except ValidationError as exc:
@@ -350,6 +359,8 @@ def dump_snapshots(snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, Any]:
             entry["quota_headroom"] = {
                 ns: _format_resources(values) for ns, values in snapshot.quota_headroom.items()
             }
+        if snapshot.tenants:
+            entry["tenants"] = {name: _format_resources(v) for name, v in snapshot.tenants.items()}
         clusters.append(entry)
     return {"clusters": clusters}
 

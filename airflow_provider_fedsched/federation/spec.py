@@ -36,6 +36,7 @@ from airflow_provider_fedsched.federation.registry import (
     SCORE_PLUGINS,
     default_weights,
 )
+from airflow_provider_fedsched.federation.tenancy import TenantMapping, TenantSpec
 
 __all__ = [
     "ClusterSpec",
@@ -242,6 +243,10 @@ class FederationSpec(_Model):
     policy: PolicySpec = Field(default_factory=PolicySpec)
     regions: Annotated[list[Region], Field(max_length=MAX_CLUSTERS)] = Field(default_factory=list)
     """Extra known regions (with no member cluster yet) that ``allowed_regions`` may name."""
+    tenants: list[TenantSpec] = Field(default_factory=list)
+    """The teams sharing the federation: quotas, fair-share weights, budgets (``docs/tenants.md``)."""
+    tenant_mapping: TenantMapping = Field(default_factory=TenantMapping)
+    """The tenant of a task that names none, by its owner or its DAG's tags."""
 
     @model_validator(mode="after")
     def _cross_references(self) -> FederationSpec:
@@ -267,6 +272,17 @@ class FederationSpec(_Model):
                         f"datasets[{index}].allowed_regions[{position}]: unknown region '{region}' "
                         f"(known: {', '.join(sorted(known_regions))})"
                     )
+        tenants: set[str] = set()
+        for index, tenant in enumerate(self.tenants):
+            if tenant.name in tenants:
+                raise SpecError(f"tenants[{index}].name: duplicate tenant name '{tenant.name}'")
+            tenants.add(tenant.name)
+        mapping = self.tenant_mapping
+        for where, names in (("owners", mapping.owners), ("tags", mapping.tags)):
+            for key, name in names.items():
+                _check_known([name], tenants, f"tenant_mapping.{where}.{key}", "tenant", False)
+        if mapping.default is not None:
+            _check_known([mapping.default], tenants, "tenant_mapping.default", "tenant", False)
         return self
 
     def known_regions(self) -> set[str]:
@@ -279,12 +295,21 @@ class FederationSpec(_Model):
             datasets={dataset.name: dataset for dataset in self.datasets},
             regions=frozenset(self.known_regions()),
             groups=frozenset(cluster.proximity_group for cluster in self.clusters),
+            tenants={tenant.name: tenant for tenant in self.tenants},
         )
 
     def cluster(self, name: str) -> ClusterSpec:
         found = self._names.clusters.get(name)
         if found is None:
             raise SpecError(f"unknown cluster '{name}'")
+        return found
+
+    def tenant(self, name: str) -> TenantSpec:
+        """The tenant named ``name``; :class:`SpecError` naming the known tenants otherwise."""
+        found = self._names.tenants.get(name)
+        if found is None:
+            _check_known([name], self._names.tenants, "tenant", "tenant", False)
+            raise AssertionError("unreachable")
         return found
 
     def check_clusters(self, names: Iterable[str], field: str, *, indexed: bool = True) -> None:
@@ -299,14 +324,22 @@ class FederationSpec(_Model):
         datasets: Iterable[str] = (),
         prefer_region: str | None = None,
         prefer_group: str | None = None,
+        tenant: str | None = None,
         where: str = "",
     ) -> list[DatasetSpec]:
-        """The one check of the names a task refers to: member clusters, datasets, a region, a group.
+        """The one check of the names a task refers to: member clusters, datasets, a region, a group, a
+        tenant.
 
         Raises :class:`SpecError` naming the field (under ``where``, e.g. ``request.datasets[0]``) and
         what is known; returns the datasets, resolved. The engine, the operator and the CLI call this.
         """
-        if clusters is None and not datasets and prefer_region is None and prefer_group is None:
+        if (
+            clusters is None
+            and not datasets
+            and prefer_region is None
+            and prefer_group is None
+            and tenant is None
+        ):
             return []  # most requests name nothing: one check per decision, so the common case is cheap
         names = self._names
         prefix = f"{where}." if where else ""
@@ -323,6 +356,8 @@ class FederationSpec(_Model):
             _check_known([prefer_region], names.regions, f"{prefix}prefer_region", "region", False)
         if prefer_group is not None and prefer_group not in names.groups:
             _check_known([prefer_group], names.groups, f"{prefix}prefer_group", "group", False)
+        if tenant is not None and tenant not in names.tenants:
+            _check_known([tenant], names.tenants, f"{prefix}tenant", "tenant", False)
         return resolved
 
 
@@ -332,6 +367,7 @@ class _Names:
     datasets: dict[str, DatasetSpec]
     regions: frozenset[str]
     groups: frozenset[str]
+    tenants: dict[str, TenantSpec]
 
 
 def _check_known(names: Iterable[str], known: Collection[str], field: str, kind: str, indexed: bool) -> None:

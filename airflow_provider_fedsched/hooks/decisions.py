@@ -63,6 +63,7 @@ def decide(
             forecast=forecast,
             exclude=active,
             policy=policy,
+            tenancy=view.tenancy,
         )
 
     decision = run(view.cooldowns)

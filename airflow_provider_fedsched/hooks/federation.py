@@ -8,6 +8,7 @@ takes milliseconds. A cluster that does not answer in time is unavailable, with 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -16,6 +17,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_provider_fedsched.federation.costs import decision_costs
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.forecast import ForecastModel
@@ -23,7 +25,7 @@ from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
-from airflow_provider_fedsched.hooks import decisions, ledgers, planning, sensing
+from airflow_provider_fedsched.hooks import decisions, ledgers, metrics, planning, sensing, tenancy
 from airflow_provider_fedsched.hooks.parts import FederationView
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
@@ -212,11 +214,13 @@ class FederationHook(BaseHook):
         names = list(clusters)
         snapshots = self.snapshots(names, now=now)
         now = datetime.now(UTC) if now is None else now  # a refresh may have taken a moment
+        reservations, by_tenant = self.state.reservations.pending_by(snapshots, now)
         return FederationView(
             snapshots=snapshots,
             cooldowns=self.state.cooldowns.in_force(names, now, namespace=namespace),
-            reservations=self.state.reservations.pending(snapshots, now),
+            reservations=reservations,
             now=now,
+            tenancy=tenancy.inputs(self, snapshots, by_tenant, now),
         )
 
     def place(
@@ -234,6 +238,21 @@ class FederationHook(BaseHook):
         (compare-and-set, across processes and hosts), and in shared state for the next decisions. A
         cluster whose ledger has no room left (other workers took it) is left out and the decision made
         again; deciding and reserving are one step per process."""
+        started = time.perf_counter()
+        decision = self._place(request, placement_id, exclude, excluded_at, impossible, policy, forecast)
+        metrics.decision(decision, time.perf_counter() - started)
+        return decision
+
+    def _place(
+        self,
+        request: TaskRequest,
+        placement_id: str,
+        exclude: Mapping[str, str] | None,
+        excluded_at: Mapping[str, datetime] | None,
+        impossible: Mapping[str, str] | None,
+        policy: PolicySpec | None,
+        forecast: Mapping[str, float] | None,
+    ) -> Decision:
         with _placement_lock:
             full: dict[str, str] = {}
             while True:
@@ -246,10 +265,20 @@ class FederationHook(BaseHook):
                     forecast=forecast,
                 )
                 if decision.outcome != "placed" or decision.cluster is None:
+                    tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
                     return decision
                 if not self.reserve(decision.cluster, request, placement_id, policy=policy):
                     full[decision.cluster] = "its ledger is full: placements of other workers took the room"
                     continue
+                over = tenancy.admitted(self, request, placement_id, datetime.now(UTC))
+                if over is not None:
+                    self.release(decision.cluster, placement_id)
+                    decision = tenancy.taken(decision, over)
+                else:
+                    decision.extra["cost"] = decision_costs(self.spec, request, decision)
+                    if request.tenant is not None:
+                        decision.extra["tenant"] = request.tenant
+                tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
                 return decision
 
     def reserve(
@@ -264,7 +293,9 @@ class FederationHook(BaseHook):
         cluster's ledger when it keeps one (False when the room is gone), and in shared state."""
         if ledgers.hold(self, cluster, request, placement_id, policy) is False:
             return False
-        self.state.reservations.hold(cluster, request.resources, now or datetime.now(UTC), placement_id)
+        self.state.reservations.hold(
+            cluster, request.resources, now or datetime.now(UTC), placement_id, tenant=request.tenant
+        )
         return True
 
     def release(self, cluster: str, placement_id: str) -> None:
@@ -278,6 +309,7 @@ class FederationHook(BaseHook):
         """Keep ``cluster`` (or only its ``namespace``) out of decisions for the policy's cooldown."""
         until = (now or datetime.now(UTC)) + timedelta(seconds=self.spec.policy.cooldown_seconds)
         self.state.cooldowns.set(cluster, until, reason, namespace=namespace)
+        metrics.cooldown(cluster)
         return until
 
     def clear_cooldown(self, cluster: str, namespace: str | None = None) -> None:
@@ -319,6 +351,19 @@ class FederationHook(BaseHook):
 
     def orphans(self, cluster: str) -> list[tuple[str, str]]:
         return self.state.orphans.of(cluster)
+
+    # Tenants (see hooks/tenancy.py) -------------------------------------------------------------------
+    def tenants(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Per tenant: quota, use, borrowed, waiting tasks and spend this period (human quantities)."""
+        return tenancy.summary(self, now or datetime.now(UTC))
+
+    def charge(self, placement_id: str, charge: Mapping[str, Any]) -> None:
+        """Record what one cluster attempt cost (``tenant``, ``cost``, ``egress_gb``, ``at``, ...)."""
+        self.state.spend.charge(placement_id, charge)
+
+    def charges(self, since: datetime | None = None) -> list[dict[str, Any]]:
+        """Every attempt's charge since ``since`` (the cost report), oldest first."""
+        return self.state.spend.charges(since)
 
     # Plans and forecasts (see hooks/planning.py) -----------------------------------------------------
     def planned_decision(

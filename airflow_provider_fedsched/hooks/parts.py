@@ -15,6 +15,7 @@ from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec
+from airflow_provider_fedsched.federation.tenancy import TenantInputs
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.state import FederationState
 
@@ -27,6 +28,8 @@ class FederationView:
     cooldowns: dict[str, datetime]
     reservations: dict[str, ResourceList]
     now: datetime
+    tenancy: TenantInputs | None = None
+    """Tenant usage, waiting tasks and spend (None: the spec has no tenants)."""
 
 
 class HookParts(Protocol):
@@ -47,6 +50,8 @@ class HookParts(Protocol):
     def log(self) -> Any: ...
 
     def access(self, cluster: str) -> ClusterAccess: ...
+
+    def stored_snapshot(self, cluster: str) -> ClusterSnapshot | None: ...
 
     def collect(self, clusters: Iterable[str] | None = None) -> dict[str, ClusterSnapshot]: ...
 

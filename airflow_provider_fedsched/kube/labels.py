@@ -11,6 +11,8 @@ TASK_LABEL = "fedsched.io/task"
 TRY_LABEL = "fedsched.io/try"
 CLUSTER_LABEL = "fedsched.io/cluster"
 ATTEMPT_LABEL = "fedsched.io/cluster-attempt"
+TENANT_LABEL = "fedsched.io/tenant"
+"""The tenant a pod runs for: snapshots sum each tenant's requests from it (federation-wide usage)."""
 
 
 def task_digest(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:

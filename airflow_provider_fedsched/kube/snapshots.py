@@ -29,7 +29,7 @@ from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot, NodeS
 from airflow_provider_fedsched.federation.spec import Taint
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.kube.clients import api_client, discard_client
-from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL
+from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TENANT_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,7 @@ def condense(
     """Build a snapshot from the API's JSON lists (pods already filtered to non-terminal ones)."""
     requested: dict[str, ResourceList] = {}
     placements: list[str] = []
+    tenants: dict[str, ResourceList] = {}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name:
@@ -143,15 +144,20 @@ def condense(
         except QuantityError:
             continue  # the API server would not have admitted it; never let one pod hide a cluster
         requested[node_name] = add(requested.get(node_name, {}), {**requests, PODS: 1})
-        placement = ((pod.get("metadata") or {}).get("labels") or {}).get(PLACEMENT_LABEL)
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        placement = labels.get(PLACEMENT_LABEL)
         if placement:
             placements.append(placement)
+        tenant = labels.get(TENANT_LABEL)
+        if tenant:
+            tenants[tenant] = add(tenants.get(tenant, {}), {**requests, PODS: 1})
     return ClusterSnapshot(
         cluster=cluster,
         observed_at=observed_at,
         nodes=_node_snapshots(cluster, nodes, requested),
         quota_headroom=quota_headroom(quotas),
         placements=sorted(placements),
+        tenants=tenants,
     )
 
 

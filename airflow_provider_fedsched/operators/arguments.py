@@ -16,6 +16,7 @@ from airflow_provider_fedsched.federation.limits import check_seconds
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
 from airflow_provider_fedsched.kube.access import ClusterAccessError
+from airflow_provider_fedsched.kube.labels import TENANT_LABEL
 from airflow_provider_fedsched.validation.operator import OperatorArguments, check_operator_arguments
 
 if TYPE_CHECKING:
@@ -111,8 +112,55 @@ def check_arguments(
         raise FederationError(f"policy: {exc}") from None
 
 
+def task_tenant(
+    spec: FederationSpec, tenant: str | None, owner: str | None, tags: Sequence[str]
+) -> str | None:
+    """The task's tenant: ``tenant=`` (or the DAG's ``default_args``), else the spec's mapping by owner or
+    DAG tag; a name the spec does not know fails naming the argument."""
+    if tenant is None:
+        return spec.tenant_mapping.tenant_for(owner, tags)
+    if not isinstance(tenant, str):
+        raise FederationError(f"tenant must be a tenant's name (got {tenant!r})")
+    known = sorted(t.name for t in spec.tenants)
+    if tenant not in known:
+        raise FederationError(f"tenant: unknown tenant {tenant!r} (known: {', '.join(known) or 'none'})")
+    return tenant
+
+
+def budget(value: Any, argument: str) -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not value >= 0
+        or value == float("inf")
+    ):
+        raise FederationError(f"{argument} must be a non-negative number (got {value!r})")
+    return float(value)
+
+
 class Arguments(KubernetesPodOperator):
-    """The operator's validation steps (a base of FederatedKubernetesOperator)."""
+    """The operator's validation steps (a base of FederatedKubernetesOperator).
+
+    :param tenant: the tenant the task runs for (quota, fair share, budget); default the spec's
+        ``tenant_mapping`` by owner or DAG tag (or ``default_args={"tenant": ...}`` for a whole DAG).
+    :param max_cost: a cluster where the task's estimated cost is above this is never chosen.
+    :param max_egress_gb: a cluster it would have to move more data to is never chosen.
+    """
+
+    def __init__(
+        self,
+        *,
+        tenant: str | None = None,
+        max_cost: float | None = None,
+        max_egress_gb: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.tenant = tenant
+        self.max_cost = max_cost
+        self.max_egress_gb = max_egress_gb
 
     if TYPE_CHECKING:  # provided by FederatedKubernetesOperator
 
@@ -183,6 +231,11 @@ class Arguments(KubernetesPodOperator):
         pod = self.build_pod_request_obj(context, dry_run=True)
         pod_spec = kubernetes.client.ApiClient().sanitize_for_serialization(pod)["spec"]
         expected = seconds(self.expected_duration, "expected_duration")
+        dag = getattr(self, "_dag", None)  # has_dag() is untyped; a bare operator has none
+        tags = sorted(dag.tags or ()) if dag is not None else []
+        tenant = task_tenant(spec, self.tenant, self.owner, tags)
+        if tenant is not None:
+            pod.metadata.labels = {**(pod.metadata.labels or {}), TENANT_LABEL: tenant}
         try:
             request = TaskRequest.from_pod_spec(
                 pod_spec,
@@ -194,6 +247,9 @@ class Arguments(KubernetesPodOperator):
                 namespace=pod.metadata.namespace or "default",
                 expected_duration_seconds=expected if expected is not None else 3600.0,
                 preemptible=self.preemptible,
+                tenant=tenant,
+                max_cost=budget(self.max_cost, "max_cost"),
+                max_egress_gb=budget(self.max_egress_gb, "max_egress_gb"),
             )
         except SpecError as exc:
             raise FederationError(f"pod resources: {exc}") from None

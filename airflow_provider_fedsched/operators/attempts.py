@@ -46,7 +46,12 @@ def record_digest(record: PlacementRecord) -> str:
 def new_attempt(record: PlacementRecord, decision: Any, cluster: str, namespace: str, name: str) -> Attempt:
     """The next attempt of the try, on the decision's cluster."""
     number = len(record.attempts) + 1
+    estimate = (getattr(decision, "extra", None) or {}).get("cost", {}).get("estimate", {})
     return Attempt(
+        tenant=decision.extra.get("tenant") if estimate else None,
+        price_per_hour=float(estimate.get("per_hour", 0.0)),
+        egress_gb=float(estimate.get("egress_gb", 0.0)),
+        egress_cost=float(estimate.get("egress_cost", 0.0)),
         number=number,
         cluster=cluster,
         namespace=namespace,

@@ -8,7 +8,8 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_fedsched.federation.record import XCOM_KEY, Attempt, PlacementRecord
+from airflow_provider_fedsched.federation.record import FAILURE_KINDS, XCOM_KEY, Attempt, PlacementRecord
+from airflow_provider_fedsched.hooks import metrics
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.federation import FederationHook
@@ -85,6 +86,9 @@ def end_attempt(
     attempt.reason = short(reason)
     attempt.ended_at = datetime.now(UTC)
     hook.release(attempt.cluster, attempt.placement_id)
+    charge(hook, record, attempt)
+    if outcome in FAILURE_KINDS:
+        metrics.failover(outcome, attempt.cluster)
     sample: dict[str, Any] = {"at": attempt.ended_at.isoformat(), "outcome": outcome}
     if outcome in ("succeeded", "failed"):
         sample["duration"] = (attempt.ended_at - attempt.started_at).total_seconds()
@@ -99,6 +103,33 @@ def end_attempt(
                 "seconds": max(0.0, (attempt.running_at - attempt.started_at).total_seconds()),
             },
         )
+
+
+def charge(hook: FederationHook, record: PlacementRecord, attempt: Attempt) -> None:
+    """The ended attempt's cost on it, and as a charge in shared state (budgets, the cost report)."""
+    if attempt.ended_at is None:
+        return
+    attempt.cost, moved = attempt.accrued_cost(attempt.ended_at)
+    if attempt.tenant is not None:
+        record.tenant = attempt.tenant
+    try:
+        hook.charge(
+            attempt.placement_id,
+            {
+                "tenant": attempt.tenant,
+                "cost": attempt.cost,
+                "egress_gb": moved,
+                "at": attempt.ended_at.isoformat(),
+                "dag_id": record.dag_id,
+                "task_id": record.task_id,
+                "run_id": record.run_id,
+                "cluster": attempt.cluster,
+                "outcome": attempt.outcome,
+            },
+        )
+    except Exception as exc:  # accounting never fails a try: the record still holds the cost
+        hook.log.warning("Charge of attempt %s not recorded: %s", attempt.placement_id, exc)
+    metrics.attempt_cost(attempt.cost, moved, attempt.cluster, attempt.tenant)
 
 
 def end_try(record: PlacementRecord, outcome: str, reason: str) -> None:

@@ -19,6 +19,7 @@ from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.resources import ResourceList, add
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.state.backend import StateBackend
+from airflow_provider_fedsched.state.tenants import SpendStore, WaitingStore
 from airflow_provider_fedsched.validation.stored import (
     StoredCooldown,
     StoredReservation,
@@ -213,14 +214,20 @@ class ReservationStore(_Store):
     """Requests placed on a cluster but not yet visible in its snapshot (one key per placement)."""
 
     def hold(
-        self, cluster: str, requests: Mapping[str, int], now: datetime, placement_id: str | None = None
+        self,
+        cluster: str,
+        requests: Mapping[str, int],
+        now: datetime,
+        placement_id: str | None = None,
+        tenant: str | None = None,
     ) -> str:
-        """Hold ``requests`` on ``cluster`` until a snapshot taken after ``now`` shows the pod bound."""
+        """Hold ``requests`` on ``cluster`` until a snapshot taken after ``now`` shows the pod bound
+        (counted against ``tenant`` meanwhile, when given)."""
         placement_id = placement_id or uuid.uuid4().hex
-        self.backend.set(
-            self._key("reservation", cluster, placement_id),
-            {"requests": dict(requests), "at": _iso(now), "placement_id": placement_id},
-        )
+        value: dict[str, Any] = {"requests": dict(requests), "at": _iso(now), "placement_id": placement_id}
+        if tenant is not None:
+            value["tenant"] = tenant
+        self.backend.set(self._key("reservation", cluster, placement_id), value)
         return placement_id
 
     def release(self, cluster: str, placement_id: str) -> None:
@@ -228,7 +235,15 @@ class ReservationStore(_Store):
 
     def pending(self, snapshots: Mapping[str, ClusterSnapshot], now: datetime) -> dict[str, ResourceList]:
         """Per cluster, the requests reserved but not yet visible in that cluster's snapshot."""
+        return self.pending_by(snapshots, now)[0]
+
+    def pending_by(
+        self, snapshots: Mapping[str, ClusterSnapshot], now: datetime
+    ) -> tuple[dict[str, ResourceList], dict[str, list[tuple[datetime, str, ResourceList]]]]:
+        """:meth:`pending` per cluster, and per tenant each pending reservation as ``(at, placement id,
+        requests)``, oldest first (one read for both)."""
         result: dict[str, ResourceList] = {}
+        tenants: dict[str, list[tuple[datetime, str, ResourceList]]] = {}
         for key, raw in self.backend.get_many(f"{self.prefix}/reservation/").items():
             cluster, placement_id = key.rsplit("/", 2)[-2:]
             stored = read_stored(key, raw or None, _reservation)
@@ -241,7 +256,11 @@ class ReservationStore(_Store):
                 self.backend.delete(key)
                 continue
             result[cluster] = add(result.get(cluster, {}), stored.requests)
-        return result
+            if stored.tenant:
+                tenants.setdefault(stored.tenant, []).append((at, placement_id, dict(stored.requests)))
+        for held in tenants.values():
+            held.sort(key=lambda item: (item[0], item[1]))
+        return result, tenants
 
 
 class LeaseStore(_Store):
@@ -389,3 +408,5 @@ class FederationState:
         self.history = HistoryStore(backend, self.prefix)
         self.forecasts = ForecastStore(backend, self.prefix)
         self.plans = PlanStore(backend, self.prefix)
+        self.waiting = WaitingStore(backend, self.prefix)
+        self.spend = SpendStore(backend, self.prefix)

@@ -136,6 +136,8 @@ class StoredReservation(_Stored):
     requests: dict[str, int]
     at: datetime
     placement_id: str = Field("", max_length=253)
+    tenant: str | None = Field(None, max_length=253)
+    """The tenant the reservation counts against meanwhile (tenant quota), when the task has one."""
 
     @field_validator("at", mode="before")
     @classmethod

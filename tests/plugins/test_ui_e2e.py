@@ -1,6 +1,8 @@
 """End to end: a real Airflow (API server, scheduler, DAG processor; SQLite, LocalExecutor, SimpleAuthManager)
 runs the demo DAG against the simulated federation; the Federation API and page show where each task ran,
-including the nightly_etl quota failover, and refuse anonymous requests. Screenshots go to ``docs/images``.
+including the nightly_etl quota failover, and refuse anonymous requests. Screenshots go to a temporary
+directory, or refresh ``docs/images`` when ``FEDSCHED_REFRESH_SCREENSHOTS=1`` (so ``make test`` leaves the
+tree clean).
 
 About two minutes on two cores, most of it Airflow starting up and the tasks' processes.
 """
@@ -8,6 +10,7 @@ About two minutes on two cores, most of it Airflow starting up and the tasks' pr
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -27,7 +30,17 @@ from tests.plugins.browser import Browser, ensure_chromium
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(420)]
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGES = REPO / "docs" / "images"
+DOCS_IMAGES = REPO / "docs" / "images"
+REFRESH_SCREENSHOTS = "FEDSCHED_REFRESH_SCREENSHOTS"
+"""Set to 1 to write the page's screenshots into docs/images rather than a temporary directory."""
+
+
+def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.environ.get(REFRESH_SCREENSHOTS) == "1":
+        return DOCS_IMAGES
+    return tmp_path_factory.mktemp("screenshots")
+
+
 DAG_ID = "example_federated"
 TASKS = {"train_model", "eu_customer_report", "clickstream_rollup", "nightly_etl", "resumable_backfill"}
 ADMIN = ("admin", "admin")
@@ -293,7 +306,8 @@ def test_plugin_is_registered(airflow_site: dict[str, Any]) -> None:
     assert ours["fastapi_apps"][0]["url_prefix"] == "/fedsched"
 
 
-def test_page_in_chromium(airflow_site: dict[str, Any]) -> None:
+def test_page_in_chromium(airflow_site: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
+    images = screenshot_dir(tmp_path_factory)
     binary = ensure_chromium()
     # A browser test that cannot run is a failure, not a skip: it needs Debian's chromium (root + apt-get).
     assert binary is not None, "chromium is not installed and could not be installed with apt-get"
@@ -308,7 +322,7 @@ def test_page_in_chromium(airflow_site: dict[str, Any]) -> None:
         text = browser.text()
         for name in airflow_site["clusters"]:
             assert name in text
-        browser.screenshot(IMAGES / "federation-clusters.png")
+        browser.screenshot(images / "federation-clusters.png")
 
         run = urllib.parse.quote(airflow_site["run_id"], safe="")
         browser.open(
@@ -332,13 +346,13 @@ def test_page_in_chromium(airflow_site: dict[str, Any]) -> None:
             time.sleep(0.2)
         assert "Candidates (best first)" in browser.text()
         browser.evaluate("window.scrollTo(0, 0)")
-        browser.screenshot(IMAGES / "federation-placements.png")
+        browser.screenshot(images / "federation-placements.png")
 
         # Inside the Airflow UI: the plugin route shows the page in the UI's iframe (same origin and cookie).
         in_frame = "document.querySelector('iframe')?.contentDocument?.body?.dataset.loaded === 'true'"
         try:
             browser.open(f"{base}/plugin/federation", ready=in_frame)
         finally:
-            browser.screenshot(IMAGES / "federation-in-airflow-ui.png", full_page=False)
+            browser.screenshot(images / "federation-in-airflow-ui.png", full_page=False)
         frame_text = browser.evaluate("document.querySelector('iframe').contentDocument.body.innerText")
         assert all(name in frame_text for name in airflow_site["clusters"])

@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, NamedTuple
 
+from airflow_provider_fedsched.federation.costs import compute_per_hour
 from airflow_provider_fedsched.federation.framework import ClusterView, CycleState, DataKey, ScorePlugin
-from airflow_provider_fedsched.federation.resources import CPU, GPU, MEMORY
+from airflow_provider_fedsched.federation.resources import CPU, MEMORY
 
 __all__ = ["Cost", "Forecast", "Headroom", "Locality", "Proximity"]
-
-GIB = 2**30
 
 
 def _absolute(raw: Sequence[float]) -> list[float]:
@@ -30,7 +29,8 @@ _EGRESS = DataKey[_Egress]("Cost")
 
 
 class Cost(ScorePlugin):
-    """Price x requests x expected duration, plus egress for every dataset not on the cluster.
+    """Price x requests x expected duration, plus egress for every dataset not on the cluster
+    (:mod:`federation.costs`; the egress part precomputed once per decision).
 
     Lower is better. The cheapest candidate gets 100; the others lose points in proportion to how much
     more they cost, relative to the most expensive candidate: ``100 * (1 - (c - min) / max)``."""
@@ -47,18 +47,8 @@ class Cost(ScorePlugin):
         _EGRESS.put(state, _Egress(total, saved))
 
     def score(self, state: CycleState, cluster: ClusterView) -> float:
-        prices = cluster.spec.prices
         hours = state.request.expected_duration_seconds / 3600.0
-        per_hour = 0.0
-        for name, amount in state.request_items:
-            if name == CPU:
-                per_hour += amount / 1000 * prices.cpu_hour
-            elif name == MEMORY:
-                per_hour += amount / GIB * prices.memory_gib_hour
-            elif name == GPU:
-                per_hour += amount * prices.gpu_hour
-            else:
-                per_hour += amount * prices.extended.get(name, 0.0)
+        per_hour = compute_per_hour(cluster.spec.prices, state.request_items)
         egress: _Egress = state.data[_EGRESS.name]  # per candidate: indexing, not a call
         return per_hour * hours + max(0.0, egress.total - egress.saved.get(cluster.spec.name, 0.0))
 

@@ -1,0 +1,258 @@
+"""Tenant rules: budgets, federation-wide tenant quotas (with borrowing) and fair share among waiting tasks.
+
+They run after the hard rules (sovereignty, taints, capacity), so no cluster a task may not use or could
+never fit is ever made acceptable by them: they only reject. Their inputs are the decision's
+:class:`~federation.tenancy.TenantInputs` (usage, waiting tasks and spend from shared state). A task of no
+tenant, or a spec without tenants, passes them untouched.
+
+* ``Budget``: the task's ``max_cost`` / ``max_egress_gb`` against the cluster's estimate (prices do not
+  change with time, so a cluster over them is out for good), and its tenant's budget for the period
+  (spent + estimate over it: wait for the next period; the estimate alone over it: never).
+* ``TenantQuota``: usage + request over the tenant's quota: wait, "team-ml uses 60/64 nvidia.com/gpu"; a
+  request above the quota itself can never be admitted. A ``reclaimable`` tenant's preemptible task may
+  go over its quota by borrowing what other tenants' quotas leave idle.
+* ``FairShare``: when a task of a tenant further below its weighted share waits for room that this
+  cluster has, a task of a tenant further above takes only what those waiting tasks leave free
+  (dominant-resource shares over the federation's capacity, divided by weight; ties go to the tenant
+  named first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from airflow_provider_fedsched.federation.costs import compute_per_hour, egress
+from airflow_provider_fedsched.federation.framework import (
+    SUCCESS,
+    ClusterView,
+    CycleState,
+    DataKey,
+    FilterPlugin,
+    Status,
+    unresolvable,
+    unschedulable,
+)
+from airflow_provider_fedsched.federation.resources import PODS, ResourceList, format_quantity
+from airflow_provider_fedsched.federation.tenancy import TenantInputs, dominant_share, quota_text
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.tenancy import TenantSpec
+
+__all__ = ["Budget", "FairShare", "TenantQuota", "tenant_demand"]
+
+
+def tenant_demand(resources: ResourceList) -> ResourceList:
+    """What one task counts against its tenant: its requests and one pod."""
+    return {**resources, PODS: resources.get(PODS, 0) + 1}
+
+
+def _tenant_of(state: CycleState) -> tuple[TenantSpec, TenantInputs] | None:
+    name = state.request.tenant
+    if name is None:
+        return None
+    return state.spec.tenant(name), state.tenancy or TenantInputs()
+
+
+@dataclass(frozen=True, slots=True)
+class _BudgetData:
+    tenant: TenantSpec | None
+    spent: float
+    moved_gb: float
+    hours: float
+
+
+_BUDGET = DataKey[_BudgetData | None]("Budget")
+
+
+class Budget(FilterPlugin):
+    name: ClassVar[str] = "Budget"
+
+    def prepare(self, state: CycleState) -> None:
+        request = state.request
+        found = _tenant_of(state)
+        budget_tenant = found[0] if found is not None and found[0].budget is not None else None
+        if request.max_cost is None and request.max_egress_gb is None and budget_tenant is None:
+            _BUDGET.put(state, None)
+            return
+        inputs = found[1] if found is not None else TenantInputs()
+        name = budget_tenant.name if budget_tenant is not None else ""
+        _BUDGET.put(
+            state,
+            _BudgetData(
+                budget_tenant,
+                inputs.spent.get(name, 0.0),
+                inputs.egress_gb.get(name, 0.0),
+                request.expected_duration_seconds / 3600.0,
+            ),
+        )
+
+    def filter(self, state: CycleState, cluster: ClusterView) -> Status:
+        data: _BudgetData | None = state.data[_BUDGET.name]
+        if data is None:
+            return SUCCESS
+        request = state.request
+        gb, egress_cost = egress(state.spec, state.datasets, cluster.spec.name)
+        cost = compute_per_hour(cluster.spec.prices, state.request_items) * data.hours + egress_cost
+        if request.max_cost is not None and cost > request.max_cost:
+            return unresolvable(
+                f"estimated cost {cost:.2f} is above the task's max_cost {request.max_cost:g}"
+            )
+        if request.max_egress_gb is not None and gb > request.max_egress_gb:
+            return unresolvable(
+                f"it would move {gb:g} GB of data, above the task's max_egress_gb {request.max_egress_gb:g}"
+            )
+        tenant = data.tenant
+        if tenant is None or tenant.budget is None:
+            return SUCCESS
+        budget, period = tenant.budget, tenant.budget.period
+        if budget.max_cost is not None and data.spent + cost > budget.max_cost:
+            reason = (
+                f"{tenant.name} spent {data.spent:.2f} of its {budget.max_cost:g} budget this {period}; "
+                f"this task would cost ~{cost:.2f} here"
+            )
+            return unresolvable(reason) if cost > budget.max_cost else unschedulable(reason)
+        if budget.max_egress_gb is not None and data.moved_gb + gb > budget.max_egress_gb:
+            reason = (
+                f"{tenant.name} moved {data.moved_gb:g} of its {budget.max_egress_gb:g} GB egress budget "
+                f"this {period}; this task would move {gb:g} GB here"
+            )
+            return unresolvable(reason) if gb > budget.max_egress_gb else unschedulable(reason)
+        return SUCCESS
+
+
+_QUOTA = DataKey[Status]("TenantQuota")
+
+
+class TenantQuota(FilterPlugin):
+    name: ClassVar[str] = "TenantQuota"
+
+    def prepare(self, state: CycleState) -> None:
+        # The verdict is federation-wide: judged once, the same for every cluster.
+        _QUOTA.put(state, self._verdict(state))
+
+    @staticmethod
+    def _verdict(state: CycleState) -> Status:
+        found = _tenant_of(state)
+        if found is None:
+            return SUCCESS
+        tenant, inputs = found
+        quota = tenant.quota_units
+        if not quota:
+            return SUCCESS
+        demand = tenant_demand(state.request.resources)
+        used = inputs.usage.get(tenant.name, {})
+        borrows = tenant.reclaimable and state.request.preemptible
+        for name in sorted(quota):
+            need, limit, have = demand.get(name, 0), quota[name], used.get(name, 0)
+            if need == 0 or have + need <= limit:
+                continue
+            if borrows:
+                over = have + need - limit
+                idle = _idle_elsewhere(state, tenant.name, name, inputs)
+                if over <= idle:
+                    continue
+            elif need > limit:
+                return unresolvable(
+                    f"the task asks {format_quantity(name, need)} {name}, above {tenant.name}'s quota "
+                    f"of {format_quantity(name, limit)}"
+                )
+            return unschedulable(quota_text(tenant.name, name, have, limit))
+        return SUCCESS
+
+    def filter(self, state: CycleState, cluster: ClusterView) -> Status:
+        verdict: Status = state.data[_QUOTA.name]
+        return verdict
+
+    def explain_all(self, state: CycleState) -> str | None:
+        verdict = _QUOTA.get(state)
+        return verdict.reason or None
+
+
+def _idle_elsewhere(state: CycleState, borrower: str, resource: str, inputs: TenantInputs) -> int:
+    """What the other tenants' quotas of ``resource`` leave unused, less what others already borrow."""
+    idle = 0
+    for other in state.spec.tenants:
+        if other.name == borrower or resource not in other.quota_units:
+            continue
+        idle += max(0, other.quota_units[resource] - inputs.usage.get(other.name, {}).get(resource, 0))
+    borrowed = sum(amounts.get(resource, 0) for name, amounts in inputs.borrowed.items() if name != borrower)
+    return max(0, idle - borrowed)
+
+
+@dataclass(slots=True)
+class _Ahead:
+    """The waiting tasks of one more under-served tenant that could use the same clusters."""
+
+    tenant: str
+    share: float
+    clusters: frozenset[str]
+    smallest: dict[str, int]
+    """Per resource, the least any of these tasks asks: with less free, none of them fits now."""
+    total: dict[str, int]
+    """What all of them ask together: the room this decision must leave them."""
+
+
+_FAIR = DataKey[tuple[_Ahead, ...]]("FairShare")
+
+
+class FairShare(FilterPlugin):
+    name: ClassVar[str] = "FairShare"
+
+    def prepare(self, state: CycleState) -> None:
+        found = _tenant_of(state)
+        if found is None or not found[1].waiting:
+            _FAIR.put(state, ())
+            return
+        tenant, inputs = found
+        capacity = inputs.capacity
+        mine = dict(state.request_items)
+
+        def key(name: str, weight: float) -> tuple[float, str]:
+            return (round(dominant_share(inputs.usage.get(name, {}), capacity) / weight, 12), name)
+
+        own = key(tenant.name, tenant.weight)
+        keys: dict[str, tuple[float, str]] = {}
+        groups: dict[tuple[str, frozenset[str]], _Ahead] = {}
+        for task in inputs.waiting:
+            if task.tenant == tenant.name:
+                continue
+            theirs = keys.get(task.tenant)
+            if theirs is None:
+                theirs = keys[task.tenant] = key(task.tenant, state.spec.tenant(task.tenant).weight)
+            # Only a tenant further below its share, and only a request this one takes room from, matter.
+            needs = {r: a for r, a in task.resources.items() if a}
+            if not theirs < own or not any(mine.get(r, 0) for r in needs):
+                continue
+            group = groups.get((task.tenant, task.clusters))
+            if group is None:
+                groups[(task.tenant, task.clusters)] = _Ahead(
+                    task.tenant, theirs[0], task.clusters, dict(needs), dict(needs)
+                )
+                continue
+            for resource in set(group.smallest) | set(needs):
+                group.smallest[resource] = min(group.smallest.get(resource, 0), needs.get(resource, 0))
+                group.total[resource] = group.total.get(resource, 0) + needs.get(resource, 0)
+        _FAIR.put(state, tuple(sorted(groups.values(), key=lambda a: (a.share, a.tenant))))
+
+    def filter(self, state: CycleState, cluster: ClusterView) -> Status:
+        ahead: tuple[_Ahead, ...] = state.data[_FAIR.name]
+        if not ahead or cluster.index is None:
+            return SUCCESS
+        # Cluster-wide free room (not per node): the waiting tasks' node fit is judged by their decisions.
+        free = cluster.index.total_free
+        reserved = cluster.reservation
+        mine = state.request_items
+        name = cluster.spec.name
+        for other in ahead:
+            if name not in other.clusters:
+                continue
+            if any(free.get(r, 0) - reserved.get(r, 0) < a for r, a in other.smallest.items()):
+                continue  # none of them fits here now: this room is not theirs to take
+            if all(free.get(r, 0) - reserved.get(r, 0) - a >= other.total.get(r, 0) for r, a in mine):
+                continue  # this task leaves them all the room they ask for
+            return unschedulable(
+                f"fair share: {other.tenant} is further below its weighted share "
+                f"({other.share:.3f}) and has tasks waiting for this room"
+            )
+        return SUCCESS

@@ -1,0 +1,186 @@
+"""The tenant rules' inputs from shared state, and what a placement leaves there for the next decisions.
+
+* Usage: each tenant's pods in the members' snapshots (``fedsched.io/tenant`` label, bound pods) plus its
+  reservations not yet seen in a snapshot: the federation's own records, read the same by every worker.
+* Admission across workers: two workers deciding at the same instant both read the same usage. After
+  holding its reservation, a worker lets concurrent holds land (the backend's settle time), reads the
+  tenant's reservations back and keeps its own only if, counting every reservation held before it (by
+  time, then placement id), the tenant stays within its quota; otherwise it releases it and waits. So
+  concurrent placements over-admit only when a hold takes longer than the settle time to become visible.
+* Waiting tasks (fair share) and each attempt's charge (budgets, the cost report), in ``state/tenants.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_fedsched.federation.plugins.tenancy import tenant_demand
+from airflow_provider_fedsched.federation.resources import ResourceList, add
+from airflow_provider_fedsched.federation.tenancy import TenantInputs, WaitingTask, period_start
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.decision import Decision
+    from airflow_provider_fedsched.federation.request import TaskRequest
+    from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
+    from airflow_provider_fedsched.hooks.parts import HookParts
+
+PendingByTenant = Mapping[str, list[tuple[datetime, str, ResourceList]]]
+
+
+def _stored(hook: HookParts) -> dict[str, ClusterSnapshot]:
+    """The newest stored snapshot of every member, however old (usage is counted from them)."""
+    return {c.name: s for c in hook.spec.clusters if (s := hook.stored_snapshot(c.name)) is not None}
+
+
+def snapshot_usage(snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, ResourceList]:
+    usage: dict[str, ResourceList] = {}
+    for snapshot in snapshots.values():
+        for tenant, amounts in snapshot.tenants.items():
+            usage[tenant] = add(usage.get(tenant, {}), amounts)
+    return usage
+
+
+def inputs(
+    hook: HookParts,
+    snapshots: Mapping[str, ClusterSnapshot],
+    pending: PendingByTenant,
+    now: datetime,
+) -> TenantInputs | None:
+    """Everything the tenant rules read, or None when the spec has no tenants (nothing is read)."""
+    spec = hook.spec
+    if not spec.tenants:
+        return None
+    usage = snapshot_usage(snapshots)
+    for name, held in pending.items():
+        for _, _, requests in held:
+            usage[name] = add(usage.get(name, {}), tenant_demand(requests))
+    borrowed: dict[str, ResourceList] = {}
+    for tenant in spec.tenants:
+        over = {
+            name: used - tenant.quota_units[name]
+            for name, used in usage.get(tenant.name, {}).items()
+            if name in tenant.quota_units and used > tenant.quota_units[name]
+        }
+        if over:
+            borrowed[tenant.name] = over
+    starts = {t.name: period_start(t.budget.period, now) for t in spec.tenants if t.budget is not None}
+    spent, moved = hook.state.spend.totals(starts, now) if starts else ({}, {})
+    capacity: ResourceList = {}
+    for snapshot in snapshots.values():
+        if snapshot.reachable:
+            capacity = add(capacity, snapshot.index.total_allocatable)
+    return TenantInputs(
+        usage=usage,
+        borrowed=borrowed,
+        waiting=tuple(hook.state.waiting.current(now)),
+        spent=spent,
+        egress_gb=moved,
+        capacity=capacity,
+    )
+
+
+def note_decision(
+    hook: HookParts, request: TaskRequest, placement_id: str, decision: Decision, now: datetime
+) -> None:
+    """A waiting task of a tenant is listed for fair share; placed or impossible, it is not any more."""
+    if request.tenant is None or not hook.spec.tenants:
+        return
+    if decision.outcome != "wait":
+        hook.state.waiting.remove(placement_id)
+        return
+    clusters = frozenset(r.cluster for r in decision.rejected if not r.permanent)
+    hook.state.waiting.put(
+        WaitingTask(placement_id, request.tenant, dict(request.resources), clusters, now), now
+    )
+
+
+def admitted(hook: HookParts, request: TaskRequest, placement_id: str, now: datetime) -> str | None:
+    """After holding ``placement_id``: None when the tenant stays within its quota counting every
+    reservation held before it, else the reason (the caller releases the hold and waits)."""
+    if request.tenant is None or not hook.spec.tenants:
+        return None
+    tenant = hook.spec.tenant(request.tenant)
+    quota = tenant.quota_units
+    if not quota or (tenant.reclaimable and request.preemptible):
+        return None  # borrowing is judged by the decision; a borrowed pod is given back when needed
+    settle = hook.state.backend.consistency.settle_seconds
+    if settle:
+        time.sleep(settle)  # let holds made at the same instant by other workers land
+    snapshots = _stored(hook)
+    _, pending = hook.state.reservations.pending_by(snapshots, now)
+    usage = snapshot_usage(snapshots).get(tenant.name, {})
+    for _, held_id, requests in pending.get(tenant.name, []):
+        usage = add(usage, tenant_demand(requests))
+        if held_id == placement_id:
+            break
+    else:
+        return None  # our hold is not visible: nothing to compare against (it was seen and released)
+    over = sorted(name for name, limit in quota.items() if usage.get(name, 0) > limit)
+    if not over:
+        return None
+    name = over[0]
+    return (
+        f"{tenant.name}'s quota of {quota[name]} {name} was taken by placements of other workers "
+        f"made at the same time"
+    )
+
+
+def summary(hook: HookParts, now: datetime) -> list[dict[str, Any]]:
+    """Per tenant: quota, guaranteed, use, borrowed, waiting tasks, weight and spend this period (the
+    Tenants view and ``fedsched tenants``), in human quantities."""
+    from airflow_provider_fedsched.federation.resources import format_quantity
+
+    spec = hook.spec
+    snapshots = _stored(hook)
+    _, pending = hook.state.reservations.pending_by(snapshots, now)
+    found = inputs(hook, snapshots, pending, now) or TenantInputs()
+    waiting: dict[str, int] = {}
+    for task in found.waiting:
+        waiting[task.tenant] = waiting.get(task.tenant, 0) + 1
+    starts = {t.name: period_start(t.budget.period if t.budget else "month", now) for t in spec.tenants}
+    spent, moved = hook.state.spend.totals(starts, now)
+
+    def human(values: Mapping[str, int]) -> dict[str, str]:
+        return {name: format_quantity(name, amount) for name, amount in sorted(values.items())}
+
+    rows = []
+    for tenant in spec.tenants:
+        budget = tenant.budget
+        rows.append(
+            {
+                "tenant": tenant.name,
+                "weight": tenant.weight,
+                "reclaimable": tenant.reclaimable,
+                "quota": human(tenant.quota_units),
+                "guaranteed": human(tenant.guaranteed_units),
+                "used": human(found.usage.get(tenant.name, {})),
+                "borrowed": human(found.borrowed.get(tenant.name, {})),
+                "waiting": waiting.get(tenant.name, 0),
+                "period": budget.period if budget else "month",
+                "cost": round(spent.get(tenant.name, 0.0), 6),
+                "egress_gb": round(moved.get(tenant.name, 0.0), 6),
+                "max_cost": budget.max_cost if budget else None,
+                "max_egress_gb": budget.max_egress_gb if budget else None,
+            }
+        )
+    return rows
+
+
+def taken(decision: Decision, reason: str) -> Decision:
+    """The placed ``decision`` turned into a wait: the tenant's quota went to concurrent placements."""
+    from dataclasses import replace
+
+    from airflow_provider_fedsched.federation.decision import Rejection
+
+    chosen = str(decision.cluster)
+    return replace(
+        decision,
+        outcome="wait",
+        cluster=None,
+        candidates=[],
+        rejected=[*decision.rejected, Rejection(chosen, "TenantQuota", reason)],
+        reason=f"wait: {reason}",
+    )

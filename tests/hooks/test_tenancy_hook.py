@@ -1,0 +1,201 @@
+"""Tenant usage counted from the federation's own records (snapshots with the tenant label, reservations),
+the waiting list fair share reads, charges, and quota admission from many worker processes at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_provider_fedsched.federation import ClusterSnapshot, TaskRequest
+from airflow_provider_fedsched.hooks.federation import FederationHook
+from airflow_provider_fedsched.state import AirflowVariableStateBackend, FederationState, MemoryStateBackend
+from tests.federation.helpers import node
+
+SPEC: dict[str, Any] = {
+    "name": "teams",
+    "clusters": [
+        {"name": "a", "conn_id": "k8s_a", "region": "r1", "prices": {"cpu_hour": 0.1}},
+        {"name": "b", "conn_id": "k8s_b", "region": "r1", "prices": {"cpu_hour": 0.2}},
+    ],
+    "policy": {"snapshot_ttl_seconds": 3600},
+    "tenants": [
+        {"name": "team-a", "quota": {"cpu": "8"}, "weight": 3, "budget": {"period": "day", "max_cost": 100}},
+        {"name": "team-b", "quota": {"cpu": "64"}},
+    ],
+}
+
+
+@pytest.fixture(autouse=True)
+def no_cluster_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
+    # These clusters are not running: reservations live in shared state only.
+    monkeypatch.setenv("AIRFLOW__FEDSCHED__PLACEMENT_LEDGER", "False")
+
+
+def snapshots(now: datetime, tenants: dict[str, dict[str, int]] | None = None) -> list[ClusterSnapshot]:
+    return [
+        ClusterSnapshot(
+            cluster=name,
+            observed_at=now,
+            nodes=[node(f"{name}-n{i}", {"cpu": "32", "memory": "128Gi"}) for i in range(2)],
+            tenants=tenants if name == "a" and tenants else {},
+        )
+        for name in ("a", "b")
+    ]
+
+
+def hook_on(backend: Any, now: datetime, tenants: dict[str, dict[str, int]] | None = None) -> FederationHook:
+    hook = FederationHook(SPEC, state=FederationState(backend, federation="teams"))
+    hook.state.snapshots.put(snapshots(now, tenants))
+    return hook
+
+
+def cpu(amount: str, tenant: str = "team-a") -> TaskRequest:
+    return TaskRequest(
+        resources={"cpu": int(float(amount) * 1000)}, tenant=tenant, expected_duration_seconds=60
+    )
+
+
+def test_usage_is_the_tenants_pods_in_snapshots_plus_its_reservations() -> None:
+    now = datetime.now(UTC)
+    backend = MemoryStateBackend()
+    hook = hook_on(backend, now, {"team-a": {"cpu": 6000, "pods": 6}})
+    assert hook.place(cpu("1"), "p1").placed
+    assert hook.place(cpu("1"), "p2").placed  # 6 running + 2 reserved = 8 of 8
+    third = hook.place(cpu("1"), "p3")
+    assert third.outcome == "wait"
+    assert "team-a uses 8/8 cpu" in third.reason
+    # Another worker on the same state counts the same; team-b has its own quota.
+    other = hook_on(backend, now, {"team-a": {"cpu": 6000, "pods": 6}})
+    assert "team-a uses 8/8 cpu" in other.place(cpu("1"), "p4").reason
+    assert other.place(cpu("1", "team-b"), "p5").placed
+    rows = {row["tenant"]: row for row in other.tenants(now)}
+    assert rows["team-a"]["used"] == {"cpu": "8", "pods": "8"}
+    assert rows["team-a"]["waiting"] == 2
+    assert rows["team-b"]["used"] == {"cpu": "1", "pods": "1"}
+
+
+def test_a_waiting_task_is_listed_until_placed_and_keeps_its_first_wait() -> None:
+    now = datetime.now(UTC)
+    hook = hook_on(MemoryStateBackend(), now, {"team-a": {"cpu": 8000}})
+    hook.place(cpu("1"), "w1")
+    (listed,) = hook.state.waiting.current(datetime.now(UTC))
+    assert (listed.tenant, listed.placement_id, listed.clusters) == ("team-a", "w1", frozenset({"a", "b"}))
+    first = listed.since
+    hook.place(cpu("1"), "w1")
+    assert hook.state.waiting.current(datetime.now(UTC))[0].since == first
+    hook.state.snapshots.put(snapshots(datetime.now(UTC)))  # team-a's pods ended
+    assert hook.place(cpu("1"), "w1").placed
+    assert hook.state.waiting.current(datetime.now(UTC)) == []
+
+
+def test_charges_count_against_the_tenants_budget_this_period() -> None:
+    now = datetime.now(UTC)
+    hook = hook_on(MemoryStateBackend(), now)
+    for index in range(3):
+        hook.charge(f"c{index}", {"tenant": "team-a", "cost": 33.2, "egress_gb": 1.0, "at": now.isoformat()})
+    hook.charge("old", {"tenant": "team-a", "cost": 500.0, "at": (now - timedelta(days=3)).isoformat()})
+    hook.charge("c0", {"tenant": "team-a", "cost": 33.2, "egress_gb": 1.0, "at": now.isoformat()})  # again
+    # 99.60 spent today (the old charge is from another day; c0 counted once); 5 cpu for two hours
+    # cost 1.00 on a and 2.00 on b: either would go over 100.
+    task = TaskRequest(resources={"cpu": 5000}, tenant="team-a", expected_duration_seconds=7200)
+    decision = hook.place(task, "t1")
+    assert decision.outcome == "wait"
+    expected = "e.g. a: team-a spent 99.60 of its 100 budget this day; this task would cost ~1.00 here"
+    assert expected in decision.reason
+    rows = {row["tenant"]: row for row in hook.tenants(now)}
+    assert (rows["team-a"]["cost"], rows["team-a"]["egress_gb"]) == (99.6, 3.0)
+
+
+WORKER = """
+import json, sys, time
+from pathlib import Path
+from airflow_provider_fedsched.federation import TaskRequest
+from airflow_provider_fedsched.hooks.federation import FederationHook
+from airflow_provider_fedsched.state import AirflowVariableStateBackend
+hook = FederationHook(sys.argv[1], state=AirflowVariableStateBackend())
+hook.spec, hook.state
+Path(sys.argv[3]).touch()
+while not Path(sys.argv[2]).exists():
+    time.sleep(0.005)
+placed = []
+for i in range(4):
+    request = TaskRequest(resources={"cpu": 1000}, tenant="team-a", expected_duration_seconds=60)
+    decision = hook.place(request, f"{sys.argv[4]}-{i}")
+    placed.append(decision.cluster if decision.placed else None)
+print(json.dumps(placed))
+"""
+
+
+@pytest.mark.airflow
+def test_quota_admission_from_many_worker_processes_does_not_over_admit(
+    tmp_path: Path, airflow_db: None
+) -> None:
+    """Six processes place four one-cpu tasks each at the same moment against team-a's 8-cpu quota."""
+    now = datetime.now(UTC)
+    spec_path = tmp_path / "federation.yaml"
+    spec_path.write_text(yaml.safe_dump(SPEC))
+    hook_on(AirflowVariableStateBackend(), now)
+    go = tmp_path / "go"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(spec_path), str(go), str(tmp_path / f"ready-{i}"), f"w{i}"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "AIRFLOW__FEDSCHED__PLACEMENT_LEDGER": "False"},
+        )
+        for i in range(6)
+    ]
+    deadline = time.monotonic() + 180
+    while not all((tmp_path / f"ready-{i}").exists() for i in range(6)):
+        assert time.monotonic() < deadline, "workers did not start"
+        time.sleep(0.05)
+    go.touch()
+    results = [json.loads(worker.communicate(timeout=180)[0].strip().splitlines()[-1]) for worker in workers]
+    placed = sum(1 for result in results for cluster in result if cluster is not None)
+    held = FederationHook(SPEC, state=FederationState(AirflowVariableStateBackend(), federation="teams"))
+    rows = {row["tenant"]: row for row in held.tenants(datetime.now(UTC))}
+    print(f"quota admission: 24 requests, quota 8, placed {placed}, over-admitted {max(0, placed - 8)}")
+    assert 1 <= placed <= 8
+    assert rows["team-a"]["used"]["cpu"] == str(placed)  # every admitted placement is still held
+
+
+def test_each_attempt_records_its_cost_failed_ones_included() -> None:
+    from airflow_provider_fedsched.federation.record import PlacementRecord
+    from airflow_provider_fedsched.operators import attempts, records
+
+    now = datetime.now(UTC)
+    hook = hook_on(MemoryStateBackend(), now)
+    task = TaskRequest(resources={"cpu": 4000}, tenant="team-b", expected_duration_seconds=1800)
+    record = PlacementRecord(dag_id="d", run_id="r", task_id="t", try_number=1, started_at=now)
+    first = hook.place(task, attempts.placement_id(record, 1))
+    # a: 4 cpu x 0.1 = 0.40/h; the cheapest compliant alternative is a itself.
+    assert first.extra["cost"]["estimate"] == first.extra["cost"]["cheapest_compliant"]
+    assert first.extra["cost"]["estimate"]["per_hour"] == 0.4
+    attempt = attempts.new_attempt(record, first, "a", "default", "pod")
+    record.attempts.append(attempt)
+    attempt.running_at = attempt.started_at
+    records.end_attempt(hook, record, attempt, "evicted", "node drained")
+    attempt.ended_at = attempt.running_at + timedelta(minutes=30)  # as if it ran half an hour
+    records.charge(hook, record, attempt)
+    assert attempt.cost == 0.2
+    second = hook.place(task, attempts.placement_id(record, 2), exclude={"a": "evicted"})
+    assert second.cluster == "b" and second.extra["cost"]["cheapest_compliant"]["cluster"] == "b"
+    retry = attempts.new_attempt(record, second, "b", "default", "pod")
+    record.attempts.append(retry)
+    retry.running_at = retry.started_at
+    retry.ended_at = retry.running_at + timedelta(hours=1)
+    records.charge(hook, record, retry)
+    assert retry.cost == 0.8  # b: 4 x 0.2 for an hour
+    assert record.cost(now) == (1.0, 0.0)
+    charges = {c["cluster"]: c for c in hook.charges()}
+    assert (charges["a"]["cost"], charges["a"]["outcome"], charges["b"]["cost"]) == (0.2, "evicted", 0.8)
+    assert record.tenant == "team-b"
