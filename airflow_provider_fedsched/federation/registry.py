@@ -58,7 +58,7 @@ PLUGINS: tuple[Registered, ...] = (
     Registered("Quota", "filter", "filters:Quota"),
     Registered("NodeFit", "filter", "nodefit:NodeFit", mandatory=True),
     # Scores.
-    Registered("Cost", "score", "scores:Cost", weight=1.0, tie_break=True),
+    Registered("Cost", "score", "scores:Cost", weight=1.5, tie_break=True),
     Registered("Locality", "score", "scores:Locality", weight=1.0),
     Registered("Proximity", "score", "scores:Proximity", weight=0.5),
     Registered("Headroom", "score", "scores:Headroom", weight=0.5),
