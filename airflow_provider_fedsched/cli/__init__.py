@@ -27,6 +27,7 @@ VERBS: dict[str, str] = {
     "sim": "sim",
     "testbed": "testbed",
     "replay": "replay",
+    "history": "history",
 }
 
 

@@ -218,7 +218,21 @@ class _Replay:
             else:
                 self.send(task, target, borrowing=False)
             return True
+        if borrowing and self.lent_capacity_shrinks(task) and self.decide(task, False):
+            return True  # online load will rise within the run: regular capacity first, it stays
         return self.decide(task, borrowing)
+
+    def lent_capacity_shrinks(self, task: Task) -> bool:
+        """The tide forecast says online usage rises somewhere during the task's
+        run: what it would borrow now is likely reclaimed before it ends."""
+        tide, remaining = self.federation.tide, max(60.0, task.run - self.state[task.name].done)
+        steps = [self.now + remaining * k / 4 for k in range(1, 5)]
+        for name in self.names:
+            offset = self.federation.offsets[name]
+            now = tide.usage(self.now, offset)
+            if any(tide.usage(at, offset) > now for at in steps):
+                return True
+        return False
 
     def decide(self, task: Task, borrowing: bool) -> bool:
         assert self.engine is not None
