@@ -46,6 +46,7 @@ VERBS: dict[str, str] = {
     "replay": "replay",
     "tenants": "tenants",
     "cost": "cost",
+    "history": "history",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -12,6 +12,7 @@ from airflow_provider_fedsched.federation.decision import Candidate, Decision, O
 from airflow_provider_fedsched.federation.framework import SUCCESS, ClusterView, Code, CycleState
 from airflow_provider_fedsched.federation.limits import check_time
 from airflow_provider_fedsched.federation.plugins import Profile, profile
+from airflow_provider_fedsched.federation.queue import queue_order
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
@@ -63,6 +64,13 @@ class FederationEngine:
         self.fingerprint = spec_fingerprint(spec)
         # The spec's own policy's plugins, looked up once: most decisions use that policy.
         self._profile = profile(spec.policy.filters, spec.policy.scores)
+
+    def order(
+        self, waiting: Sequence[tuple[TaskRequest, float]], policy: PolicySpec | None = None
+    ) -> list[int]:
+        """Positions of the waiting (request, arrival) pairs in the order to decide them when capacity
+        frees up, by ``policy.queue_order`` (:mod:`federation.queue`)."""
+        return queue_order(waiting, (policy or self.spec.policy).queue_order)
 
     def decide(
         self,

@@ -106,6 +106,9 @@ class PlacementRecord(BaseModel):
     """Wall-clock seconds from each cluster failure first seen to the next pod created."""
     started_at: datetime
     ended_at: datetime | None = None
+    request: dict[str, Any] | None = None
+    """The task's :class:`TaskRequest` as JSON (resources, datasets, expected duration...), written with
+    the first decision: what ``fedsched history export`` turns into a pod of a replayable trace."""
 
     def cost(self, until: datetime) -> tuple[float, float]:
         """``(cost, egress GB)`` of every cluster attempt of the try, failed ones included."""

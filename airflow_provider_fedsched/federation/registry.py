@@ -64,7 +64,7 @@ PLUGINS: tuple[Registered, ...] = (
     Registered("GangFit", "filter", "gang:GangFit", mandatory=True),
     Registered("FairShare", "filter", "tenancy:FairShare", mandatory=True),
     # Scores.
-    Registered("Cost", "score", "scores:Cost", weight=1.0, tie_break=True),
+    Registered("Cost", "score", "scores:Cost", weight=1.5, tie_break=True),
     Registered("Locality", "score", "scores:Locality", weight=1.0),
     Registered("Proximity", "score", "scores:Proximity", weight=0.5),
     Registered("Headroom", "score", "scores:Headroom", weight=0.5),

@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)]
+QueueOrder = Literal["arrival", "longest-first"]
+"""How tasks waiting at the federation are ordered when capacity frees up (:mod:`federation.queue`)."""
 NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 Name = Annotated[str, Field(min_length=1, max_length=253, pattern=NAME_PATTERN)]
 """A cluster or dataset name (the federation's too): letters, digits, '-', '_', '.'."""
@@ -168,7 +170,7 @@ class DatasetSpec(_Model):
 
 
 class Weights(_Model):
-    """Score plugin -> weight (``cost: 1.0``), keyed by the plugin's name in lower case; the registry says
+    """Score plugin -> weight (``cost: 1.5``), keyed by the plugin's name in lower case; the registry says
     which keys exist and their defaults. Read one with :meth:`of` (or as an attribute: ``weights.cost``)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -195,6 +197,8 @@ class PolicySpec(_Model):
     weights: Weights = Field(default_factory=Weights)
     snapshot_ttl_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)] = 15.0
     cooldown_seconds: Seconds = 120.0
+    queue_order: QueueOrder = "longest-first"
+    """Which waiting task is decided first when capacity frees up (:mod:`federation.queue`)."""
     filters: list[str] = Field(default_factory=lambda: list(FILTER_PLUGINS))
     """Enabled filter plugins (default all); the mandatory ones cannot be left out."""
     scores: list[str] = Field(default_factory=lambda: list(SCORE_PLUGINS))

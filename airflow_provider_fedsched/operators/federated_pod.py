@@ -226,6 +226,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
                 raise self._give_up(context, f"gave up after {len(tried)} cluster attempt(s)")
             decision = self._decide(context)
             records.add_decision(record, decision.to_dict())
+            if record.request is None:  # for `fedsched history export`
+                record.request = self.task_request.model_dump(mode="json")
             self.log.info("Federation decision:\n%s", decision_table(decision))
             if decision.outcome == "impossible":
                 raise self._give_up(context, f"no member cluster can ever run this task: {decision.reason}")

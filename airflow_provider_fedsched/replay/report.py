@@ -54,7 +54,8 @@ def render_table(report: ReplayReport, width: int = 150) -> str:
     console.print(table)
     console.print(
         f"replayed {report.pods * len(report.results):,} pod placements in {report.seconds:.1f} s "
-        f"({report.pods_per_second:,.0f} pods/s)",
+        f"({report.pods_per_second:,.0f} pods/s; {report.cpu_seconds:.1f} s of CPU, "
+        f"{report.pods_per_cpu_second:,.0f} pods per CPU second)",
         highlight=False,
     )
     file = console.file

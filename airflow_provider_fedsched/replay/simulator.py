@@ -78,6 +78,7 @@ class _TaskState:
     attempts: int = 0
     done: float = 0.0
     excluded: dict[str, str] = field(default_factory=dict)
+    excluded_at: dict[str, float] = field(default_factory=dict)
 
 
 class _Replay:
@@ -217,7 +218,21 @@ class _Replay:
             else:
                 self.send(task, target, borrowing=False)
             return True
+        if borrowing and self.lent_capacity_shrinks(task) and self.decide(task, False):
+            return True  # online load will rise within the run: regular capacity first, it stays
         return self.decide(task, borrowing)
+
+    def lent_capacity_shrinks(self, task: Task) -> bool:
+        """The tide forecast says online usage rises somewhere during the task's
+        run: what it would borrow now is likely reclaimed before it ends."""
+        tide, remaining = self.federation.tide, max(60.0, task.run - self.state[task.name].done)
+        steps = [self.now + remaining * k / 4 for k in range(1, 5)]
+        for name in self.names:
+            offset = self.federation.offsets[name]
+            now = tide.usage(self.now, offset)
+            if any(tide.usage(at, offset) > now for at in steps):
+                return True
+        return False
 
     def decide(self, task: Task, borrowing: bool) -> bool:
         assert self.engine is not None
@@ -225,11 +240,12 @@ class _Replay:
         # Cheap necessary condition first: the engine's NodeFit needs a node whose snapshot has room.
         snapshots: dict[str, ClusterSnapshot] = {}
         any_room = False
+        excluded = self.active_exclusions(state, borrowing)
         for name in self.names:
             view = self.view(name, borrowing)
             if task.pinned and name != task.home:
                 continue
-            if not any_room and name not in state.excluded and self.cooldowns.get(name, -1.0) <= self.now:
+            if not any_room and name not in excluded:
                 any_room = any(
                     task.cpu <= cpu
                     and task.memory_mib <= memory
@@ -251,15 +267,32 @@ class _Replay:
                 )
             snapshots[name] = view.snapshot
         now = EPOCH + timedelta(seconds=self.now)
+        request = self.request(task, borrowing)
+        reservations = self.reservations(borrowing)
+        forecast = self.forecast(task) if self.colocation else None
+        cooling = {n: EPOCH + timedelta(seconds=u) for n, u in self.cooldowns.items() if u > self.now}
         decision = self.engine.decide(
-            self.request(task, borrowing),
+            request,
             snapshots,
             now=now,
-            cooldowns={n: EPOCH + timedelta(seconds=u) for n, u in self.cooldowns.items() if u > self.now},
-            reservations=self.reservations(borrowing),
-            forecast=self.forecast(task) if self.colocation else None,
-            exclude=state.excluded,
+            cooldowns=cooling,
+            reservations=reservations,
+            forecast=forecast,
+            exclude=excluded,
         )
+        rejected_cooling = {r.cluster for r in decision.rejected if r.plugin == "Cooldown"}
+        if decision.outcome == "wait" and rejected_cooling:
+            # The hook's rule (hooks/decisions.py): a cooldown is not a reason to wait when every
+            # compliant cluster with room is cooling down.
+            decision = self.engine.decide(
+                request,
+                snapshots,
+                now=now,
+                cooldowns={n: u for n, u in cooling.items() if n not in rejected_cooling},
+                reservations=reservations,
+                forecast=forecast,
+                exclude=excluded,
+            )
         self.ledger.decisions += 1
         if decision.outcome == "placed":
             assert decision.cluster is not None
@@ -269,6 +302,15 @@ class _Replay:
             self.ledger.impossible(task)
             return True
         return False
+
+    def active_exclusions(self, state: _TaskState, borrowing: bool) -> dict[str, str]:
+        """The clusters this try left that have not answered since: as the hook does
+        (``answered_since``), a cluster is excluded until a snapshot taken after it was left."""
+        return {
+            name: reason
+            for name, reason in state.excluded.items()
+            if self.views[(name, borrowing)].observed <= state.excluded_at[name]
+        }
 
     def request(self, task: Task, borrowing: bool) -> TaskRequest:
         return TaskRequest.model_construct(
@@ -375,7 +417,8 @@ class _Replay:
         state = self.state[running.task.name]
         state.done = running.done + kept
         self.ledger.ended(running, self.now, evicted=True)
-        self.leave(running.task, running.cluster, "evicted: online load reclaimed its capacity")
+        # As the operator does: an eviction is about one pod or node, not the cluster; no cooldown.
+        self.leave(running.task, running.cluster, "evicted: online load reclaimed its capacity", cool=False)
         self.freed = True
 
     def grace(self, pending: _Pending) -> None:
@@ -387,11 +430,13 @@ class _Replay:
         self.ledger.failover(pending.task)
         self.leave(pending.task, pending.cluster, "insufficient: pod unschedulable")
 
-    def leave(self, task: Task, cluster: str, reason: str) -> None:
-        self.cooldowns[cluster] = self.now + self.spec.policy.cooldown_seconds
-        self.push(self.cooldowns[cluster], RETRY, None)  # work waiting on this cluster may go again
+    def leave(self, task: Task, cluster: str, reason: str, cool: bool = True) -> None:
+        if cool:
+            self.cooldowns[cluster] = self.now + self.spec.policy.cooldown_seconds
+            self.push(self.cooldowns[cluster], RETRY, None)  # work waiting on this cluster may go again
         state = self.state[task.name]
         state.excluded[cluster] = reason
+        state.excluded_at[cluster] = self.now
         usable = [
             name
             for name in self.names
@@ -400,6 +445,7 @@ class _Replay:
         ]
         if all(name in state.excluded for name in usable):
             state.excluded.clear()  # every cluster left: the try fails and Airflow's retry starts afresh
+            state.excluded_at.clear()
         if not self.place(task):
             self.waiting.append(task)
 
@@ -429,6 +475,13 @@ class _Replay:
             self.pending[name] = still + queue[queued:]
         if self.waiting:
             waiting, self.waiting = self.waiting, []
+            if self.engine is not None:
+                # The federation queue in the engine's order (policy.queue_order).
+                entries = [
+                    (self.request(task, self.colocation and task.preemptible), task.arrival)
+                    for task in waiting
+                ]
+                waiting = [waiting[i] for i in self.engine.order(entries)]
             for task in waiting:
                 if not self.place(task):
                     self.waiting.append(task)

@@ -11,7 +11,7 @@ from airflow_provider_fedsched import cli
 from airflow_provider_fedsched.replay import Settings, replay
 from airflow_provider_fedsched.replay.cluster import ClusterState
 from airflow_provider_fedsched.replay.scenario import seed_3x20
-from airflow_provider_fedsched.replay.simulator import simulate
+from airflow_provider_fedsched.replay.simulator import _Replay, simulate
 from airflow_provider_fedsched.replay.topology import Tide, build_federation
 from airflow_provider_fedsched.replay.workload import (
     Node,
@@ -183,3 +183,48 @@ def test_seed_scenario_is_deterministic_and_fedsched_keeps_sovereignty() -> None
     assert report.results["fedsched"].sovereignty_violations == 0
     clusters = {n: ClusterState(n, federation.clusters[n], set(), True) for n in federation.names}
     assert sum(c.capacity[2] for c in clusters.values()) == 3 * 8 * 8 * 1000
+
+
+def test_an_eviction_cools_nothing_down_and_the_cluster_is_left_only_until_it_answers_again() -> None:
+    """The operator's rule: an eviction is about one pod or node, so no cooldown; the try leaves the
+    cluster until a snapshot taken after the eviction (the hook's ``answered_since``)."""
+    nodes = [Node("a-1", 8000, 16384, 0, "", None), Node("b-1", 8000, 16384, 0, "", None)]
+    federation = build_federation(nodes, [], clusters=2, seed=0)
+    names = federation.names
+    federation.tasks = [
+        Task("svc", 0.0, 40_000.0, 6000, 2048, 0, qos="LS", home=names[0], pinned=True),
+        Task("hog", 0.0, 3000.0, 6000, 2048, 0, qos="Burstable", home=names[1], pinned=True),
+        Task("batch", 10.0, 1800.0, 6000, 2048, 0, qos="BE", home=names[0]),
+    ]
+    federation.tide = Tide(low=0.0, high=1.0, peak_hour=14.0, start_hour_utc=6.0)
+    federation.offsets = dict.fromkeys(names, 0)
+    run = _Replay(federation, "fedsched+colocation", Settings(checkpoint_seconds=600), None)
+    ledger = run.run()
+    assert ledger.result().failovers >= 1 and "batch" in ledger.done
+    assert run.cooldowns == {}
+    state = run.state["batch"]
+    assert state.excluded  # it did leave a cluster
+    assert run.active_exclusions(state, True) == {}  # and that cluster has answered since
+
+
+def test_the_federation_queue_starts_the_longest_waiting_task_first() -> None:
+    """Two nodes, both busy; two short tasks arrive before a long one. When the nodes free up, fedsched
+    (longest-first) starts the long one at once, which shortens the makespan; arrival order does not."""
+    nodes = [Node("a-1", 8000, 16384, 0, "", None), Node("a-2", 8000, 16384, 0, "", None)]
+    federation = build_federation(nodes, [], clusters=1, seed=0)
+    home = federation.names[0]
+    federation.tasks = [
+        Task("busy-1", 0.0, 100.0, 8000, 2048, 0, qos="BE", home=home),
+        Task("busy-2", 0.0, 100.0, 8000, 2048, 0, qos="BE", home=home),
+        Task("short-1", 1.0, 100.0, 8000, 2048, 0, qos="BE", home=home),
+        Task("short-2", 2.0, 100.0, 8000, 2048, 0, qos="BE", home=home),
+        Task("long", 3.0, 1000.0, 8000, 2048, 0, qos="BE", home=home),
+    ]
+    ledger = simulate(federation, "fedsched", Settings())
+    assert ledger.first_start["long"] < ledger.first_start["short-2"]
+    federation.spec = federation.spec.model_copy(
+        update={"policy": federation.spec.policy.merged({"queue_order": "arrival"})}
+    )
+    fifo = simulate(federation, "fedsched", Settings())
+    assert fifo.first_start["short-2"] < fifo.first_start["long"]
+    assert ledger.result().makespan_s < fifo.result().makespan_s
