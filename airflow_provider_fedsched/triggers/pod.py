@@ -310,7 +310,10 @@ class FederatedPodTrigger(BaseTrigger):
         )
         from asgiref.sync import sync_to_async
 
-        await sync_to_async(self._record_cancelled)(gone)
+        try:
+            await sync_to_async(self._record_cancelled)(gone)
+        except Exception:
+            self.log.exception("Could not record the cancelled attempt in the placement record")
 
     def _record_cancelled(self, gone: bool) -> None:
         """The try's record (its XCom) says how it ended; the cluster's history counts it."""
@@ -329,7 +332,8 @@ class FederatedPodTrigger(BaseTrigger):
         raw = XCom.get_one(key=XCOM_KEY, **where)
         try:
             record = PlacementRecord.model_validate(json.loads(raw) if isinstance(raw, str) else raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError) as exc:
+            self.log.warning("The placement record %s of %s could not be read: %s", XCOM_KEY, where, exc)
             return
         now = datetime.now(UTC)
         reason = "the task was ended from the UI or the API while deferred: " + (
