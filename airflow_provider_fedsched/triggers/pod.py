@@ -54,6 +54,14 @@ TRY_OVER = frozenset(
 
 _CLEANUPS: set[asyncio.Future[None]] = set()
 
+
+def _keep(future: asyncio.Future[None]) -> asyncio.Future[None]:
+    """Hold a background clean-up until it is done (the event loop keeps only a weak reference)."""
+    _CLEANUPS.add(future)
+    future.add_done_callback(_CLEANUPS.discard)
+    return future
+
+
 READ_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
 
@@ -147,6 +155,20 @@ class FederatedPodTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            async for event in self._run():
+                yield event
+        except asyncio.CancelledError:
+            # Cancelled without on_kill (a starved triggerer's triggers are reassigned, then the row of a
+            # try that is over is removed): while this process lives, check and clean up anyway.
+            _keep(asyncio.ensure_future(self._clean_up_if_over()))
+            raise
+
+    async def _clean_up_if_over(self) -> None:
+        if await self._try_ended() is not None:
+            await self._clean_up()
+
+    async def _run(self) -> AsyncIterator[TriggerEvent]:
         # A triggerer that was down while a user ended the task starts (or ends) the trigger of a try
         # that is over; nobody would act on its event, so the trigger itself deletes the pod.
         ended = await self._try_ended()
@@ -203,9 +225,7 @@ class FederatedPodTrigger(BaseTrigger):
         """Delete the pod and record it, once, to the end even if the trigger is cancelled meanwhile (the
         triggerer cancels a trigger whose task instance left ``deferred`` as soon as it notices)."""
         if self._cleanup is None:
-            self._cleanup = asyncio.ensure_future(self._delete_and_record())
-            _CLEANUPS.add(self._cleanup)  # the event loop keeps only a weak reference to a task
-            self._cleanup.add_done_callback(_CLEANUPS.discard)
+            self._cleanup = _keep(asyncio.ensure_future(self._delete_and_record()))
         await asyncio.shield(self._cleanup)
 
     async def _watch(self) -> TriggerEvent:
