@@ -54,6 +54,14 @@ TRY_OVER = frozenset(
 
 _CLEANUPS: set[asyncio.Future[None]] = set()
 
+
+def _keep(future: asyncio.Future[None]) -> asyncio.Future[None]:
+    """Hold a background clean-up until it is done (the event loop keeps only a weak reference)."""
+    _CLEANUPS.add(future)
+    future.add_done_callback(_CLEANUPS.discard)
+    return future
+
+
 READ_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
 
@@ -147,6 +155,20 @@ class FederatedPodTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            async for event in self._run():
+                yield event
+        except asyncio.CancelledError:
+            # Cancelled without on_kill (a starved triggerer's triggers are reassigned, then the row of a
+            # try that is over is removed): while this process lives, check and clean up anyway.
+            _keep(asyncio.ensure_future(self._clean_up_if_over()))
+            raise
+
+    async def _clean_up_if_over(self) -> None:
+        if await self._try_ended() is not None:
+            await self._clean_up()
+
+    async def _run(self) -> AsyncIterator[TriggerEvent]:
         # A triggerer that was down while a user ended the task starts (or ends) the trigger of a try
         # that is over; nobody would act on its event, so the trigger itself deletes the pod.
         ended = await self._try_ended()
@@ -203,9 +225,7 @@ class FederatedPodTrigger(BaseTrigger):
         """Delete the pod and record it, once, to the end even if the trigger is cancelled meanwhile (the
         triggerer cancels a trigger whose task instance left ``deferred`` as soon as it notices)."""
         if self._cleanup is None:
-            self._cleanup = asyncio.ensure_future(self._delete_and_record())
-            _CLEANUPS.add(self._cleanup)  # the event loop keeps only a weak reference to a task
-            self._cleanup.add_done_callback(_CLEANUPS.discard)
+            self._cleanup = _keep(asyncio.ensure_future(self._delete_and_record()))
         await asyncio.shield(self._cleanup)
 
     async def _watch(self) -> TriggerEvent:
@@ -310,7 +330,10 @@ class FederatedPodTrigger(BaseTrigger):
         )
         from asgiref.sync import sync_to_async
 
-        await sync_to_async(self._record_cancelled)(gone)
+        try:
+            await sync_to_async(self._record_cancelled)(gone)
+        except Exception:
+            self.log.exception("Could not record the cancelled attempt in the placement record")
 
     def _record_cancelled(self, gone: bool) -> None:
         """The try's record (its XCom) says how it ended; the cluster's history counts it."""
@@ -329,7 +352,8 @@ class FederatedPodTrigger(BaseTrigger):
         raw = XCom.get_one(key=XCOM_KEY, **where)
         try:
             record = PlacementRecord.model_validate(json.loads(raw) if isinstance(raw, str) else raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError) as exc:
+            self.log.warning("The placement record %s of %s could not be read: %s", XCOM_KEY, where, exc)
             return
         now = datetime.now(UTC)
         reason = "the task was ended from the UI or the API while deferred: " + (

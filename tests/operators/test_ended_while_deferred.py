@@ -165,6 +165,13 @@ def test_a_try_marked_failed_while_no_triggerer_runs_leaves_no_pod(
             interval=0.2,
             message=str(log_path),
         )
+        # Then the trigger writes the outcome into the try's placement record.
+        wait_for(
+            lambda: placement_of_run(DAG_ID, run_id)["attempts"][0]["outcome"] == "cancelled",
+            timeout=120,
+            interval=0.2,
+            message=str(log_path),
+        )
     finally:
         os.killpg(triggerer.pid, signal.SIGTERM)
         try:
@@ -179,6 +186,6 @@ def test_a_try_marked_failed_while_no_triggerer_runs_leaves_no_pod(
     assert "no longer deferred" in log_text and "deleted" in log_text, log_text[-3000:]
     record = placement_of_run(DAG_ID, run_id)
     (attempt,) = record["attempts"]
-    assert attempt["outcome"] == "cancelled" and attempt["pod"] == name
+    assert attempt["outcome"] == "cancelled" and attempt["pod"] == name, log_text[-4000:]
     assert record["outcome"] == "failed" and "ended from the UI or the API" in record["reason"]
     assert_no_credentials_in_the_database(sim_federation)

@@ -67,6 +67,7 @@ federated_dag(
 )
 federated_dag("fed_task_failure", annotations=sim(exit_code=3, logs=["boom"]))
 federated_dag("fed_wait_timeout", datasets=["eu-customers"], wait_timeout=3)
+federated_dag("fed_wait_timeout_deferrable", datasets=["eu-customers"], wait_timeout=3, deferrable=True)
 federated_dag("fed_reattach", annotations=sim(duration=60))
 federated_dag(
     "fed_deferrable_xcom",
@@ -105,6 +106,21 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
         clusters=["east-cpu", "west-general"],
         unreachable_grace=3,
         annotations=sim(duration=600),
+        **extra,
+    )
+    federated_dag(
+        f"fed_outage_pending_lost_{mode}",
+        clusters=["east-cpu", "west-general"],
+        unreachable_grace=3,
+        unschedulable_grace_seconds=60,  # Pending because its cluster's scheduler is paused, not full
+        annotations=sim(duration=600),
+        **extra,
+    )
+    federated_dag(
+        f"fed_outage_done_{mode}",
+        clusters=["east-cpu"],
+        unreachable_grace=60,
+        annotations=sim(duration=5, logs=["work done"]),
         **extra,
     )
     federated_dag(
