@@ -4,8 +4,8 @@ Airflow against its provider-info schema).
 
 Member clusters are Airflow connections of cncf.kubernetes' ``kubernetes`` type, which that provider
 declares; this one adds no connection type (declaring ``kubernetes`` again would make every Airflow
-process warn that it is registered twice). The operator defers to cncf.kubernetes' pod trigger and
-Airflow's time-delta trigger; a trigger module of this provider goes under ``triggers``.
+process warn that it is registered twice). The operator defers to its own ``FederatedPodTrigger``
+(``triggers/pod.py``), which builds its client from the member's connection alone.
 """
 
 from __future__ import annotations
@@ -34,7 +34,13 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_fedsched.operators.federated_pod"],
+                # federated_pod is the operator; the others hold its overridable steps (users subclass).
+                "python-modules": [
+                    "airflow_provider_fedsched.operators.federated_pod",
+                    "airflow_provider_fedsched.operators.arguments",
+                    "airflow_provider_fedsched.operators.contract",
+                    "airflow_provider_fedsched.operators.deferral",
+                ],
             }
         ],
         "hooks": [
@@ -43,7 +49,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_fedsched.hooks.federation"],
             }
         ],
-        "triggers": [],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_provider_fedsched.triggers.pod"],
+            }
+        ],
         "connection-types": [],
         "extra-links": ["airflow_provider_fedsched.operators.links.FederatedClusterLink"],
         "plugins": [

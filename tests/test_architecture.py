@@ -31,13 +31,9 @@ MAX_LINES = 500
 # Each strongly connected component of the import graph, as its sorted module names, with who fixes it.
 KNOWN_CIRCLES: dict[tuple[str, ...], str] = {}
 # The same between the package's top-level parts (sorted full names), with who fixes it.
-KNOWN_PART_CIRCLES: dict[tuple[str, ...], str] = {
-    (f"{PACKAGE}.operators", f"{PACKAGE}.plans"): "branch contract: plans stand on hooks, not on operators",
-}
+KNOWN_PART_CIRCLES: dict[tuple[str, ...], str] = {}
 # Modules over MAX_LINES lines, with who splits them.
-KNOWN_LONG_MODULES: dict[str, str] = {
-    f"{PACKAGE}.operators.federated_pod": "branch contract: pod I/O in kube/pods.py, kube/failures.classify",
-}
+KNOWN_LONG_MODULES: dict[str, str] = {}
 # Generated data may be long.
 GENERATED: frozenset[str] = frozenset()
 

@@ -22,7 +22,7 @@ from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.request import TaskRequest
     from airflow_provider_fedsched.federation.spec import PolicySpec
-    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.hooks.parts import HookParts
 
 COOLDOWN_PLUGIN = "Cooldown"
 QUOTA_PLUGIN = "Quota"
@@ -35,7 +35,7 @@ def answered_since(snapshot: ClusterSnapshot | None, moment: datetime | None) ->
 
 
 def decide(
-    hook: FederationHook,
+    hook: HookParts,
     request: TaskRequest,
     *,
     exclude: Mapping[str, str],
@@ -94,7 +94,7 @@ def decide(
     return decision
 
 
-def _above_hard_quota(hook: FederationHook, cluster: str, request: TaskRequest) -> list[str]:
+def _above_hard_quota(hook: HookParts, cluster: str, request: TaskRequest) -> list[str]:
     """Resources whose request alone exceeds the hard quota of the task's namespace in ``cluster``."""
     namespace = hook.spec.cluster(cluster).namespace or request.namespace
     hard = hook.state.quota_limits.get(cluster).get(namespace, {})

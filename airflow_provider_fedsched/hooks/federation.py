@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
@@ -22,10 +21,10 @@ from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.forecast import ForecastModel
 from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.request import TaskRequest
-from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
 from airflow_provider_fedsched.hooks import decisions, ledgers, planning, sensing
+from airflow_provider_fedsched.hooks.parts import FederationView
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
@@ -366,16 +365,6 @@ class FederationHook(BaseHook):
 
     def delete_plan(self, plan: Plan) -> None:
         self.state.plans.delete(plan)
-
-
-@dataclass(frozen=True)
-class FederationView:
-    """Snapshots, cooldowns and in-flight reservations as of ``now``: the engine's inputs from state."""
-
-    snapshots: dict[str, ClusterSnapshot]
-    cooldowns: dict[str, datetime]
-    reservations: dict[str, ResourceList]
-    now: datetime
 
 
 def _configured_spec_source() -> str:

@@ -21,7 +21,7 @@ from airflow_provider_fedsched.state import RESERVATION_TTL
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.request import TaskRequest
     from airflow_provider_fedsched.federation.spec import PolicySpec
-    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.hooks.parts import HookParts
 
 RETRY_UNAVAILABLE = 600.0
 """Seconds before a cluster whose ledger was unavailable is asked again."""
@@ -37,7 +37,7 @@ def enabled() -> bool:
     return conf.getboolean("fedsched", "placement_ledger", fallback=True)
 
 
-def _ledger(hook: FederationHook, cluster: str) -> PlacementLedger | None:
+def _ledger(hook: HookParts, cluster: str) -> PlacementLedger | None:
     if not enabled():
         return None
     key = (hook.spec.name, cluster)
@@ -48,7 +48,7 @@ def _ledger(hook: FederationHook, cluster: str) -> PlacementLedger | None:
     return PlacementLedger(shared_sync_client(access), access.namespace, hook.spec.name)
 
 
-def _give_up(hook: FederationHook, cluster: str, exc: BaseException) -> None:
+def _give_up(hook: HookParts, cluster: str, exc: BaseException) -> None:
     hook.log.warning(
         "Cluster %s keeps no placement ledger (%s): reservations in shared state only", cluster, exc
     )
@@ -57,7 +57,7 @@ def _give_up(hook: FederationHook, cluster: str, exc: BaseException) -> None:
 
 
 def hold(
-    hook: FederationHook, cluster: str, request: TaskRequest, placement_id: str, policy: PolicySpec | None
+    hook: HookParts, cluster: str, request: TaskRequest, placement_id: str, policy: PolicySpec | None
 ) -> bool | None:
     """True: held in the cluster's ledger; False: no room next to what the ledger holds; None: the
     cluster has no usable ledger (shared state must do)."""
@@ -95,7 +95,7 @@ def hold(
     return None
 
 
-def release(hook: FederationHook, cluster: str, placement_id: str) -> None:
+def release(hook: HookParts, cluster: str, placement_id: str) -> None:
     ledger = _ledger(hook, cluster)
     if ledger is None:
         return
@@ -107,7 +107,7 @@ def release(hook: FederationHook, cluster: str, placement_id: str) -> None:
         hook.log.debug("Placement ledger of %s not reached: %s", cluster, exc)
 
 
-def held(hook: FederationHook, cluster: str) -> dict[str, Any]:
+def held(hook: HookParts, cluster: str) -> dict[str, Any]:
     """What the cluster's ledger holds now (for tests and the benchmark)."""
     ledger = _ledger(hook, cluster)
     return {} if ledger is None else {pid: e.requests for pid, e in ledger.held().items()}

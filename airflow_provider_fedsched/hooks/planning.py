@@ -17,13 +17,13 @@ if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.decision import Decision
     from airflow_provider_fedsched.federation.request import TaskRequest
     from airflow_provider_fedsched.federation.spec import PolicySpec
-    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.hooks.parts import HookParts
 
 UTILIZATION = "utilization"
 
 
 def planned_decision(
-    hook: FederationHook,
+    hook: HookParts,
     request: TaskRequest,
     *,
     dag_id: str,
@@ -65,7 +65,7 @@ def planned_decision(
     )
 
 
-def fold_profiles(hook: FederationHook) -> dict[str, ForecastModel]:
+def fold_profiles(hook: HookParts) -> dict[str, ForecastModel]:
     """Fold each cluster's new history into its stored seasonal profile (the raw history keeps only the
     newest samples); returns the fitted models. The planner calls this on every run."""
     models: dict[str, ForecastModel] = {}
@@ -96,7 +96,7 @@ def idle_forecast(
 
 
 def forecast_idle(
-    hook: FederationHook, start: datetime, end: datetime, resources: Iterable[str] | None = None
+    hook: HookParts, start: datetime, end: datetime, resources: Iterable[str] | None = None
 ) -> dict[str, float] | None:
     """Predicted idle fraction per cluster over ``[start, end)`` for ``resources``, from the models the
     planner last fitted (one read of shared state); None when there are none."""

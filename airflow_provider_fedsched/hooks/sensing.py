@@ -21,7 +21,7 @@ from airflow_provider_fedsched.kube.access import ClusterAccess, ClusterAccessEr
 from airflow_provider_fedsched.kube.snapshots import collect_snapshots, delete_pods, self_inflicted
 
 if TYPE_CHECKING:
-    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.hooks.parts import HookParts
 
 # One lock per (federation, cluster) and process: the in-process half of single-flight refresh.
 _refresh_locks: dict[tuple[str, str], threading.Lock] = {}
@@ -33,7 +33,7 @@ def _refresh_lock(federation: str, cluster: str) -> threading.Lock:
         return _refresh_locks.setdefault((federation, cluster), threading.Lock())
 
 
-async def acollect(hook: FederationHook, clusters: Iterable[str] | None) -> dict[str, ClusterSnapshot]:
+async def acollect(hook: HookParts, clusters: Iterable[str] | None) -> dict[str, ClusterSnapshot]:
     """Collect fresh snapshots now (concurrently), delete the orphans of those that answer, and store
     them in shared state with a utilization sample each."""
     names = list(clusters) if clusters is not None else [c.name for c in hook.spec.clusters]
@@ -65,7 +65,7 @@ async def acollect(hook: FederationHook, clusters: Iterable[str] | None) -> dict
 
 
 def snapshots(
-    hook: FederationHook, clusters: Iterable[str] | None, now: datetime | None
+    hook: HookParts, clusters: Iterable[str] | None, now: datetime | None
 ) -> dict[str, ClusterSnapshot]:
     """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight."""
     names = list(clusters) if clusters is not None else [c.name for c in hook.spec.clusters]
@@ -105,7 +105,7 @@ def snapshots(
     return found
 
 
-def _await_refresh(hook: FederationHook, clusters: list[str], since: datetime) -> dict[str, ClusterSnapshot]:
+def _await_refresh(hook: HookParts, clusters: list[str], since: datetime) -> dict[str, ClusterSnapshot]:
     """Wait (polling shared state) for another worker's refresh of ``clusters`` after ``since``."""
     deadline = time.monotonic() + _lease_seconds(hook)
     result: dict[str, ClusterSnapshot] = {}
@@ -123,7 +123,7 @@ def _await_refresh(hook: FederationHook, clusters: list[str], since: datetime) -
     return result
 
 
-def _lease_seconds(hook: FederationHook) -> float:
+def _lease_seconds(hook: HookParts) -> float:
     """How long a refresh lease holds, and how long the others wait for its snapshot: the snapshot's own
     timeout twice, plus room for a worker that is slow to start (a fresh process, a busy machine)."""
     return hook.snapshot_timeout * 2 + 10

@@ -28,9 +28,26 @@ if TYPE_CHECKING:
 class Deferral(Contract):
     """Deferring to FederatedPodTrigger and resuming from it (a base of FederatedKubernetesOperator)."""
 
+    trigger_class: str = "airflow_provider_fedsched.triggers.pod.FederatedPodTrigger"
+    """Dotted path of the trigger deferred to (a subclass of FederatedPodTrigger)."""
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
+        """A trigger that crashed or timed out resumes the task with ``__fail__``, which would fail the
+        try without a word to the operator: nobody would watch or delete the pod. Delete and record it
+        first."""
+        if next_method == "__fail__":
+            self._begin(context)  # type: ignore[attr-defined]
+            attempt = self._record.current
+            if attempt is not None and attempt.outcome == "running":
+                self.use_cluster(attempt.cluster)
+                error = (next_kwargs or {}).get("error", "unknown error")
+                self.log.error("The pod trigger failed (%s): deleting pod %s", error, attempt.pod)
+                self._trigger_failed(context, attempt, str(error))
+        return super().resume_execution(next_method, next_kwargs, context)
+
     def invoke_defer_method(self, last_log_time: Any = None, context: Any = None) -> None:
         """Defer to the federation's pod trigger: it carries the cluster and connection id, no credentials."""
-        from airflow_provider_fedsched.triggers.pod import FederatedPodTrigger
+        from airflow.sdk.module_loading import import_string  # type: ignore[attr-defined]
 
         attempt = self._record.current
         assert attempt is not None
@@ -38,7 +55,7 @@ class Deferral(Contract):
         if self.execution_timeout is not None and context is not None:
             deadline = context["ti"].start_date.timestamp() + self.execution_timeout.total_seconds()
         self._save(context)
-        trigger = FederatedPodTrigger(
+        trigger = import_string(self.trigger_class)(
             federation=self.federation_hook.serializable_source(),
             cluster=attempt.cluster,
             conn_id=self.federation_hook.access(attempt.cluster).conn_id,

@@ -10,7 +10,9 @@ reads the pod again when it resumes. It never fires sooner than :data:`MIN_DEFER
 started, so that the scheduler has seen the task deferred before the event resumes it.
 
 When a user ends the deferred task (mark failed or success), :meth:`on_kill` deletes the pod, confirms
-it is gone and records the outcome in the task's placement record.
+it is gone and records the outcome in the task's placement record. A trigger started (by a triggerer
+that was down or restarting) after its task instance left ``deferred``, or that finds it so before it
+fires, does the same: no pod outlives its try.
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ def min_deferral_seconds() -> float:
 
     return max(0.0, conf.getfloat("fedsched", "min_deferral_seconds", fallback=MIN_DEFERRAL_SECONDS))
 
+
+TRY_OVER = frozenset(
+    {"success", "failed", "skipped", "upstream_failed", "removed", "up_for_retry", "restarting"}
+)
+"""Task instance states in which a deferred try is over (a user or the scheduler ended it). Not
+``queued``/``scheduled``: that is a resumption in progress (and ``dag.test`` runs triggers while queued)."""
+
+_CLEANUPS: set[asyncio.Future[None]] = set()
 
 READ_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
@@ -83,6 +93,7 @@ class FederatedPodTrigger(BaseTrigger):
         self.not_before = not_before if not_before is not None else time.time() + min_deferral_seconds()
         self.trigger_kwargs = dict(trigger_kwargs or {})
         self._fired = False
+        self._cleanup: asyncio.Future[None] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -136,11 +147,66 @@ class FederatedPodTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        event = await self._watch()
-        wait = (self.not_before or 0) - time.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        yield event
+        # A triggerer that was down while a user ended the task starts (or ends) the trigger of a try
+        # that is over; nobody would act on its event, so the trigger itself deletes the pod.
+        ended = await self._try_ended()
+        if ended is None:
+            try:
+                event = await self._watch()
+            except Exception as exc:  # a trigger that errors: the operator deletes the pod and fails the try
+                self.log.exception("Watching pod %s/%s failed", self.pod_namespace, self.pod_name)
+                event = self._event("error", f"the trigger failed watching the pod: {exc!r}")
+            wait = (self.not_before or 0) - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            ended = await self._try_ended()
+            if ended is None:
+                yield event
+                return
+        yield await self._end_over_try(ended)
+
+    async def _try_ended(self) -> str | None:
+        """The state of this trigger's task instance when it is no longer deferred, else None."""
+        from asgiref.sync import sync_to_async
+
+        try:
+            return await sync_to_async(self._task_state_if_not_deferred)()
+        except Exception:  # no answer from the triggerer's API: watch on, on_kill still applies
+            self.log.warning("Could not read the state of the task instance", exc_info=True)
+            return None
+
+    def _task_state_if_not_deferred(self) -> str | None:
+        ti = self.task_instance
+        if ti is None or getattr(ti, "dag_id", None) is None:
+            return None
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        map_index = ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None
+        states = RuntimeTaskInstance.get_task_states(
+            dag_id=ti.dag_id, map_index=map_index, task_ids=[ti.task_id], run_ids=[ti.run_id]
+        )
+        key = ti.task_id if map_index is None else f"{ti.task_id}_{map_index}"
+        state = (states.get(ti.run_id) or {}).get(key)
+        return str(state) if state is not None and str(state) in TRY_OVER else None
+
+    async def _end_over_try(self, state: str) -> TriggerEvent:
+        self.log.info(
+            "The task instance is %s, no longer deferred: its try is over, deleting pod %s/%s",
+            state,
+            self.pod_namespace,
+            self.pod_name,
+        )
+        await self._clean_up()
+        return self._event("cancelled", f"the task instance was {state} while its trigger waited")
+
+    async def _clean_up(self) -> None:
+        """Delete the pod and record it, once, to the end even if the trigger is cancelled meanwhile (the
+        triggerer cancels a trigger whose task instance left ``deferred`` as soon as it notices)."""
+        if self._cleanup is None:
+            self._cleanup = asyncio.ensure_future(self._delete_and_record())
+            _CLEANUPS.add(self._cleanup)  # the event loop keeps only a weak reference to a task
+            self._cleanup.add_done_callback(_CLEANUPS.discard)
+        await asyncio.shield(self._cleanup)
 
     async def _watch(self) -> TriggerEvent:
         try:
@@ -224,8 +290,11 @@ class FederatedPodTrigger(BaseTrigger):
     # A user ended the task ------------------------------------------------------------------------------
     async def on_kill(self) -> None:
         """The task was ended from the UI or the API while deferred: delete the pod and record it."""
-        if self._fired:
+        if self._fired and self._cleanup is None:
             return
+        await self._clean_up()
+
+    async def _delete_and_record(self) -> None:
         gone = False
         try:
             api, _ = await self._api()
@@ -241,7 +310,10 @@ class FederatedPodTrigger(BaseTrigger):
         )
         from asgiref.sync import sync_to_async
 
-        await sync_to_async(self._record_cancelled)(gone)
+        try:
+            await sync_to_async(self._record_cancelled)(gone)
+        except Exception:
+            self.log.exception("Could not record the cancelled attempt in the placement record")
 
     def _record_cancelled(self, gone: bool) -> None:
         """The try's record (its XCom) says how it ended; the cluster's history counts it."""
@@ -260,7 +332,8 @@ class FederatedPodTrigger(BaseTrigger):
         raw = XCom.get_one(key=XCOM_KEY, **where)
         try:
             record = PlacementRecord.model_validate(json.loads(raw) if isinstance(raw, str) else raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError) as exc:
+            self.log.warning("The placement record %s of %s could not be read: %s", XCOM_KEY, where, exc)
             return
         now = datetime.now(UTC)
         reason = "the task was ended from the UI or the API while deferred: " + (

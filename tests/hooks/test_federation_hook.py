@@ -55,16 +55,17 @@ def test_collects_every_cluster_concurrently(fed: SimFederation, spec_path: Path
     for handle in fed.handles.values():
         handle.faults.latency(1.0)
     try:
-        started = time.monotonic()
         snapshots = hook.collect()
-        elapsed = time.monotonic() - started
     finally:
         for handle in fed.handles.values():
             handle.faults.latency(0)
 
     assert {name: snap.reachable for name, snap in snapshots.items()} == dict.fromkeys(fed.clusters, True)
-    # Three clusters answering in 1 s each: one after another would take more than 3 s.
-    assert elapsed < 2.5
+    # Three clusters answering in 1 s each: one after another, their snapshots would be taken at least
+    # 1 s apart (2 s from first to last); asked at once, they are taken together (the total wall time
+    # depends on the machine's load, this spread hardly does).
+    observed = sorted(snap.observed_at for snap in snapshots.values())
+    assert (observed[-1] - observed[0]).total_seconds() < 1.0
     north = snapshots["north-gpu"]
     assert sum(node.allocatable.get("nvidia.com/gpu", 0) for node in north.nodes) == 8
     assert any(taint.key == "nvidia.com/gpu" for node in north.nodes for taint in node.taints)

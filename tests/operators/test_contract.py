@@ -138,6 +138,42 @@ def test_outage_longer_than_the_grace_fails_the_try_and_never_runs_the_work_twic
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_outage_while_pending_longer_than_the_grace_fails_the_try_and_never_runs_the_work_twice(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
+) -> None:
+    dag_id = f"fed_outage_pending_lost_{mode}"
+    east = sim_federation["east-cpu"]
+    east.scheduler.pause()  # the pod stays Pending while its cluster is down
+    try:
+        with Outage(sim_federation, dag_id, "east-cpu", "Pending", seconds=12):
+            state, record, _ = run(dag_id)
+            assert state == "failed" and record is not None
+            assert creates() == 1  # a Pending pod may still start: the work is not started elsewhere
+    finally:
+        east.scheduler.resume()
+    (attempt,) = record["attempts"]
+    assert (attempt["cluster"], attempt["outcome"]) == ("east-cpu", "lost")
+    assert "not started elsewhere" in record["reason"]
+    sweep_orphans()
+    assert pods_of(sim_federation, dag_id) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_outage_after_the_pod_succeeded_is_waited_out_and_the_result_adopted(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str, capfd: Any
+) -> None:
+    dag_id = f"fed_outage_done_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Succeeded", seconds=3):
+        state, record, _ = run(dag_id)
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1  # a result already known is never re-run
+    assert "work done" in capfd.readouterr().out
+    assert pods_of(sim_federation, dag_id) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_preemptible_task_moves_at_once_and_fences_its_old_pod(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str, capfd: Any
 ) -> None:
@@ -192,3 +228,17 @@ def test_a_waiting_try_shows_on_the_federation_page_while_it_waits(
     live = seen[0]["live"]
     assert live["state"] == "waiting" and "west-general" in live["why"]
     assert datetime.fromisoformat(live["since"]) <= datetime.fromisoformat(record["ended_at"])
+
+
+def test_a_trigger_that_fails_deletes_the_pod_and_never_runs_the_work_twice(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+) -> None:
+    state, record, _ = run("fed_trigger_fails")
+
+    assert state == "failed" and record is not None
+    (attempt,) = record["attempts"]
+    assert attempt["outcome"] == "failed"
+    assert "the pod trigger failed" in record["reason"] and "the trigger broke" in record["reason"]
+    assert "its pod was deleted" in record["reason"]
+    assert creates() == 1  # not started again elsewhere
+    assert pods_of(sim_federation, "fed_trigger_fails") == []

@@ -209,13 +209,17 @@ def test_task_failure_is_not_retried_elsewhere(sim_federation: SimFederation, fe
     assert pods_of(sim_federation, "fed_task_failure") == []
 
 
+@pytest.mark.parametrize("dag_id", ["fed_wait_timeout", "fed_wait_timeout_deferrable"])
 def test_waits_for_a_compliant_cluster_then_fails_with_the_reasons(
-    sim_federation: SimFederation, federation: Path
+    sim_federation: SimFederation, federation: Path, dag_id: str
 ) -> None:
-    """The only cluster the data may go to does not answer: the task waits, then fails saying why."""
+    """The only cluster the data may go to does not answer: the task waits, then fails saying why; the
+    wait survives deferrals, and the record's waited time is the wall clock's."""
     sim_federation["west-general"].faults.down()
     try:
-        state, record, _ = run("fed_wait_timeout")
+        started = time.monotonic()
+        state, record, _ = run(dag_id)
+        wall = time.monotonic() - started
     finally:
         sim_federation["west-general"].faults.up()
 
@@ -223,7 +227,9 @@ def test_waits_for_a_compliant_cluster_then_fails_with_the_reasons(
     assert record["attempts"] == []  # never placed outside eu-west-1
     assert "no cluster could take the task within 3s" in record["reason"]
     assert "connection refused at http://127.0.0.1" in json.dumps(record["decisions"])
-    assert record["waited_seconds"] >= 3
+    assert 3 <= record["waited_seconds"] <= wall
+    waited = datetime.fromisoformat(record["ended_at"]) - datetime.fromisoformat(record["started_at"])
+    assert record["waited_seconds"] <= waited.total_seconds() + 0.01
 
 
 def test_a_cooldown_never_holds_back_a_task_whose_only_compliant_cluster_has_room(

@@ -67,6 +67,7 @@ federated_dag(
 )
 federated_dag("fed_task_failure", annotations=sim(exit_code=3, logs=["boom"]))
 federated_dag("fed_wait_timeout", datasets=["eu-customers"], wait_timeout=3)
+federated_dag("fed_wait_timeout_deferrable", datasets=["eu-customers"], wait_timeout=3, deferrable=True)
 federated_dag("fed_reattach", annotations=sim(duration=60))
 federated_dag(
     "fed_deferrable_xcom",
@@ -108,6 +109,21 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
         **extra,
     )
     federated_dag(
+        f"fed_outage_pending_lost_{mode}",
+        clusters=["east-cpu", "west-general"],
+        unreachable_grace=3,
+        unschedulable_grace_seconds=60,  # Pending because its cluster's scheduler is paused, not full
+        annotations=sim(duration=600),
+        **extra,
+    )
+    federated_dag(
+        f"fed_outage_done_{mode}",
+        clusters=["east-cpu"],
+        unreachable_grace=60,
+        annotations=sim(duration=5, logs=["work done"]),
+        **extra,
+    )
+    federated_dag(
         f"fed_outage_preemptible_{mode}",
         clusters=["east-cpu", "west-general"],
         preemptible=True,
@@ -120,3 +136,28 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
 federated_dag("fed_cluster_selector", cluster_selector={"gpu": "true"})
 federated_dag("fed_hard_quota", namespace="etl", wait_timeout=600)
 federated_dag("fed_broken_member")
+
+# A deferred try ended by a user while no triggerer runs (test_ended_while_deferred.py).
+federated_dag(
+    "fed_deferred_ended",
+    clusters=["east-cpu"],
+    deferrable=True,
+    poll_interval=0.5,
+    annotations=sim(duration=30),
+)
+
+
+class _CrashingTriggerOperator(FederatedKubernetesOperator):
+    trigger_class = "tests.operators.crashing_trigger.CrashingPodTrigger"
+
+
+with DAG("fed_trigger_fails", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    _CrashingTriggerOperator(
+        task_id="work",
+        image="busybox:1.36",
+        clusters=["east-cpu", "west-general"],
+        deferrable=True,
+        poll_interval=0.5,
+        container_resources=requests(),
+        annotations=sim(duration=600),
+    )

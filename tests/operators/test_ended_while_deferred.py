@@ -1,0 +1,191 @@
+"""A deferred try ended from the REST API while no triggerer runs leaves no pod (soak finding, issue 10).
+
+Real Airflow: the task runs through the Task SDK's supervisor and defers (Airflow's ``dag.test`` path
+without its inline triggerer, so the try stays ``deferred`` with its trigger row in the metadata
+database); the try is marked failed the way ``PATCH /api/v2/.../taskInstances/...`` does it; then a real
+``airflow triggerer`` process starts, as after a triggerer restart. The simulated cluster's pod must go.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_fedsched.sim import SimFederation, wait_for
+from tests import airflow_harness
+from tests.operators.test_federated_operator import DAG_FILE, placement_of_run
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+DAG_ID = "fed_deferred_ended"
+
+SECRET_MARKERS = (
+    "BEGIN CERTIFICATE",
+    "BEGIN RSA PRIVATE KEY",
+    "certificate-authority-data",
+    "client-key-data",
+)
+
+
+def the_pod(fed: SimFederation, run_id: str) -> tuple[str, dict[str, Any]] | None:
+    for name, handle in fed.handles.items():
+        for pod in handle.pods():
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("dag_id") == DAG_ID and labels.get("run_id") == run_id:
+                return name, pod
+    return None
+
+
+def defer(run_id: str) -> Any:
+    """Run the task until it defers, through the Task SDK's in-process supervisor."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.utils.session import create_session
+
+    dag = airflow_harness.load_dag(DAG_FILE, DAG_ID)
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id, task_id="work").one()
+        session.expunge(ti)
+    _run_task(ti=ti, task=dag.get_task("work"), run_triggerer=False)
+    return ti
+
+
+def ti_row(run_id: str) -> tuple[str, int | None]:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id, task_id="work").one()
+        return str(ti.state), ti.trigger_id
+
+
+def mark_failed_as_the_rest_api_does(run_id: str) -> None:
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+
+    dag = SerializedDagModel.get_dag(DAG_ID)
+    assert dag is not None
+    with create_session() as session:
+        updated = dag.set_task_instance_state(
+            task_id="work",
+            run_id=run_id,
+            map_indexes=None,
+            state=TaskInstanceState.FAILED,
+            upstream=False,
+            downstream=False,
+            future=False,
+            past=False,
+            commit=True,
+            session=session,
+        )
+    assert updated
+
+
+def metadata_database_text() -> str:
+    """Every value of every row of every table of the metadata database, as text."""
+    from airflow.settings import engine
+    from sqlalchemy import MetaData, select
+
+    metadata = MetaData()
+    metadata.reflect(bind=engine)
+    chunks: list[str] = []
+    with engine.connect() as connection:
+        for table in metadata.sorted_tables:
+            for row in connection.execute(select(table)):
+                for value in row:
+                    if isinstance(value, bytes | bytearray | memoryview):
+                        chunks.append(bytes(value).decode("utf-8", errors="replace"))
+                    elif value is not None:
+                        chunks.append(str(value))
+    return "\n".join(chunks)
+
+
+def assert_no_credentials_in_the_database(fed: SimFederation) -> None:
+    text = metadata_database_text()
+    assert len(text) > 1000  # the scan did read the database
+    for name, handle in fed.handles.items():
+        assert handle.token not in text, f"the kubeconfig token of {name} is in the metadata database"
+    for marker in SECRET_MARKERS:
+        assert marker not in text, f"{marker!r} is in the metadata database"
+
+
+def test_a_try_marked_failed_while_no_triggerer_runs_leaves_no_pod(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    airflow_harness.load_dag(DAG_FILE, DAG_ID)
+    airflow_harness.serialize_dags()
+    now = datetime.now(UTC)
+    run_id = f"manual__ended-{now.timestamp():.0f}"
+    airflow_harness.create_dag_run(DAG_ID, run_id, now)
+
+    defer(run_id)
+    state, trigger_id = ti_row(run_id)
+    assert state == "deferred" and trigger_id is not None
+    found = the_pod(sim_federation, run_id)
+    assert found is not None
+    cluster, pod = found
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    # The trigger's kwargs are stored now: the connection id, never the kubeconfig's token.
+    assert_no_credentials_in_the_database(sim_federation)
+
+    # The pod runs to the end while nobody watches it (the triggerer is down), and a user fails the try.
+    wait_for(
+        lambda: (
+            (sim_federation[cluster].pod(namespace, name) or {}).get("status", {}).get("phase") == "Succeeded"
+        ),
+        timeout=120,
+        interval=0.1,
+    )
+    mark_failed_as_the_rest_api_does(run_id)
+    assert ti_row(run_id)[0] == "failed"
+    assert sim_federation[cluster].pod(namespace, name) is not None
+
+    # The triggerer comes back.
+    log_path = federation.parent / "triggerer.log"
+    with log_path.open("w") as log:
+        triggerer = subprocess.Popen(
+            [str(Path(sys.executable).with_name("airflow")), "triggerer", "--skip-serve-logs"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+            start_new_session=True,
+        )
+    try:
+        # A fresh process imports Airflow and the provider first: slow on a busy machine.
+        wait_for(
+            lambda: sim_federation[cluster].pod(namespace, name) is None,
+            timeout=300,
+            interval=0.2,
+            message=str(log_path),
+        )
+        # Then the trigger writes the outcome into the try's placement record.
+        wait_for(
+            lambda: placement_of_run(DAG_ID, run_id)["attempts"][0]["outcome"] == "cancelled",
+            timeout=120,
+            interval=0.2,
+            message=str(log_path),
+        )
+    finally:
+        os.killpg(triggerer.pid, signal.SIGTERM)
+        try:
+            triggerer.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(triggerer.pid, signal.SIGKILL)
+            triggerer.wait(timeout=30)
+
+    # The trigger's own log (the try's log file) says why it deleted the pod.
+    trigger_logs = Path(os.environ["AIRFLOW_HOME"], "logs", f"dag_id={DAG_ID}", f"run_id={run_id}")
+    log_text = "".join(p.read_text() for p in trigger_logs.rglob("*trigger*"))
+    assert "no longer deferred" in log_text and "deleted" in log_text, log_text[-3000:]
+    record = placement_of_run(DAG_ID, run_id)
+    (attempt,) = record["attempts"]
+    assert attempt["outcome"] == "cancelled" and attempt["pod"] == name, log_text[-4000:]
+    assert record["outcome"] == "failed" and "ended from the UI or the API" in record["reason"]
+    assert_no_credentials_in_the_database(sim_federation)
