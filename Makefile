@@ -71,7 +71,7 @@ soak: soak-install
 	@rc=0; for executor in local celery; do \
 		$(SOAK_VENV)/bin/python -m soak --profile full --executor $$executor || rc=1; done; exit $$rc
 
-# The CI-sized soak: 40 tasks, LocalExecutor on PostgreSQL, four faults; about 8 min.
+# The CI-sized soak: 40 tasks, LocalExecutor on PostgreSQL, four faults; 8-15 min (docs/benchmarks.md).
 soak-ci: soak-install
 	$(SOAK_VENV)/bin/python -m soak --profile ci --executor local
 

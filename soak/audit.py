@@ -39,6 +39,10 @@ FINDING_ORDER = (
     *("duplicate", "leaked", "sovereignty", "overcommit"),
     *("lost", "unexplained", "failed", "outlived"),
 )
+WAIT_GAVE_UP = "no cluster could take the task within"
+"""What the operator's log says when a try's wait for a compliant cluster ran out (its ``wait_timeout``):
+a ``wait-timeout`` task is explained only with it, never by the mere absence of pods (Airflow can fail a
+try before the operator runs at all)."""
 OUTLIVE_TOLERANCE = 60.0
 """Seconds a pod may still run after its task ended in Airflow (a heartbeat and a deletion)."""
 
@@ -287,10 +291,11 @@ def audit(
                 result.add("lost", key, "Airflow says success but none of its pods ran to Succeeded")
         elif state == "failed":
             result.failed += 1
-            explanation = _explain(exp, pods, key in marked, regions, allowed_regions)
+            log = logs(key) if logs else ""
+            explanation = _explain(exp, pods, key in marked, regions, allowed_regions, log)
             if explanation is None:
                 result.unexplained += 1
-                said = _last_error(logs(key)) if logs else ""
+                said = _last_error(log)
                 ran = "; ".join(p.describe(origin) for p in pods) or "no pod"
                 result.add("unexplained", key, f"failed; pods: {ran}" + (f"; log: {said}" if said else ""))
             else:
@@ -321,13 +326,14 @@ def _explain(
     marked: bool,
     regions: Mapping[str, str],
     allowed: Mapping[str, list[str] | None],
+    log: str = "",
 ) -> str | None:
     if marked:
         return "marked failed from the REST API by the soak (a fault)"
     own = [p for p in pods if p.outcome == "failed" and p.exit_code not in (None, 0)]
     if exp.expect == "exit" and own and all(p.exit_code == exp.exit_code for p in own):
         return f"its own exit code {exp.exit_code} ({len(own)} pod(s): {own[-1].cluster}/{own[-1].name})"
-    if exp.expect == "wait-timeout" and not any(p.ran for p in pods):
+    if exp.expect == "wait-timeout" and not any(p.ran for p in pods) and WAIT_GAVE_UP in log:
         where = sorted(c for c, r in regions.items() if _allowed(r, exp.datasets, allowed))
         return f"its wait timed out on purpose: no pod ran; its only allowed cluster(s) {where} had no room"
     return None

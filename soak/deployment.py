@@ -108,13 +108,20 @@ class Api:
             return f"(log not readable: {status})"
         content = body.get("content")
         if isinstance(content, list):
-            return "\n".join(
-                f"{str(line.get('level', '')).upper()} {line.get('event', '')}"
-                if isinstance(line, dict)
-                else str(line)
-                for line in content
-            )
+            return "\n".join(_log_line(line) for line in content)
         return str(content)
+
+
+def _log_line(line: Any) -> str:
+    """``LEVEL event``, followed by the exception a failed try logged (``error_detail``: type and value)."""
+    if not isinstance(line, dict):
+        return str(line)
+    text = f"{str(line.get('level', '')).upper()} {line.get('event', '')}"
+    for error in line.get("error_detail") or []:
+        if isinstance(error, dict):
+            value = str(error.get("exc_value", "")).split("\n", 1)[0][:400]
+            text += f" | {error.get('exc_type', '')}: {value}"
+    return text
 
 
 def wait_for(what: str, check: Callable[[], T], timeout: float, alive: Callable[[], None]) -> T:

@@ -57,3 +57,20 @@ def test_a_read_gives_up_after_its_patience(server: str) -> None:
     status, _ = Api(server).get("/x", patience=0)
     assert status == 500
     assert Flaky.calls == 1
+
+
+def test_a_log_line_carries_the_exception_of_a_failed_try() -> None:
+    from soak.deployment import _log_line
+
+    line = {
+        "level": "error",
+        "event": "Task failed with exception",
+        "error_detail": [
+            {"exc_type": "FederationError", "exc_value": "no cluster could take the task within 60s: x\nmore"}
+        ],
+    }
+    assert _log_line(line) == (
+        "ERROR Task failed with exception | FederationError: no cluster could take the task within 60s: x"
+    )
+    assert _log_line({"level": "info", "event": "hello"}) == "INFO hello"
+    assert _log_line("plain") == "plain"

@@ -198,6 +198,7 @@ def test_lost_tasks_and_explained_or_unexplained_failures() -> None:
             ti("marked", 0, "failed"),
             ti("wait", 0, "failed"),
             ti("odd", 0, "failed"),
+            ti("unstarted", 0, "failed"),
         ],
         [
             Expectation("ok", 0),
@@ -207,11 +208,16 @@ def test_lost_tasks_and_explained_or_unexplained_failures() -> None:
             Expectation("marked", 0),
             Expectation("wait", 0, datasets=("cn-data",), expect="wait-timeout"),
             Expectation("odd", 0),
+            Expectation("unstarted", 0, datasets=("cn-data",), expect="wait-timeout"),
         ],
         marked=[("marked", 0)],
-        logs={("odd", 0): "line\nFederationError: no cluster answered\n"},
+        logs={
+            ("odd", 0): "line\nFederationError: no cluster answered\n",
+            ("wait", 0): "ERROR no cluster could take the task within 60s: wait: quota\n",
+            ("unstarted", 0): "INFO ::group::Pre Execute\n",
+        },
     )
-    assert (result.tasks, result.succeeded, result.failed, result.lost, result.unexplained) == (7, 1, 3, 3, 1)
+    assert (result.tasks, result.succeeded, result.failed, result.lost, result.unexplained) == (8, 1, 4, 3, 2)
     lost = {f.task: f.text for f in result.findings if f.kind == "lost"}
     assert "none of its pods ran to Succeeded" in lost[("ghost", 0)]
     assert "'running'" in lost[("stuck", 0)] and "no task instance" in lost[("never", 0)]
@@ -219,6 +225,8 @@ def test_lost_tasks_and_explained_or_unexplained_failures() -> None:
     assert "REST API" in failed[("marked", 0)]
     assert "wait timed out on purpose" in failed[("wait", 0)] and "['east']" in failed[("wait", 0)]
     assert "FederationError: no cluster answered" in failed[("odd", 0)]
+    # Failed before the operator ran (no wait gave up in its log): not the wait that times out on purpose.
+    assert "Pre Execute" in failed[("unstarted", 0)] and "on purpose" not in failed[("unstarted", 0)]
     assert not result.clean
 
 
