@@ -181,6 +181,7 @@ class Arguments(KubernetesPodOperator):
         cluster_selector: dict[str, str]
         policy: dict[str, Any]
         preemptible: bool
+        checkpoint: str | None
 
         def use_cluster(self, cluster: str, hook: FederationHook | None = None) -> None: ...
 
@@ -199,6 +200,7 @@ class Arguments(KubernetesPodOperator):
             spec = hook.spec
         except SpecError as exc:
             raise FederationError(f"federation: the spec cannot be loaded: {exc}") from None
+        checked_arguments(preemptible=self.preemptible, checkpoint=self.checkpoint)
         self.policy_spec = check_arguments(
             spec,
             conflicting=self._conflicting_arguments,

@@ -38,7 +38,6 @@ from airflow_provider_fedsched.operators.arguments import (
     CONFLICTING,
     Arguments,
     FederationError,
-    checked_arguments,
     seconds,
 )
 from airflow_provider_fedsched.operators.contract import ClusterLeft
@@ -47,6 +46,14 @@ from airflow_provider_fedsched.operators.links import FederatedClusterLink
 from airflow_provider_fedsched.render import decision_table
 
 __all__ = ["FederatedKubernetesOperator", "FederationError"]
+
+
+def _is_collection(value: Any) -> bool:
+    return isinstance(value, list | tuple | set | frozenset)
+
+
+def _is_mapping(value: Any) -> bool:
+    return value is None or isinstance(value, Mapping)
 
 
 class FederatedKubernetesOperator(Arguments, Deferral):
@@ -107,32 +114,18 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         **kwargs: Any,
     ) -> None:
         self._conflicting_arguments = [name for name in CONFLICTING if kwargs.get(name) not in (None, "")]
-        checked_arguments(  # a typo fails the DAG's import naming the argument, before any try
-            datasets=datasets,
-            prefer_region=prefer_region,
-            prefer_group=prefer_group,
-            clusters=clusters,
-            cluster_selector=cluster_selector,
-            policy=policy,
-            preemptible=preemptible,
-            checkpoint=checkpoint,
-            expected_duration=expected_duration,
-            max_cluster_attempts=max_cluster_attempts,
-            unschedulable_grace_seconds=unschedulable_grace_seconds,
-            unreachable_grace=unreachable_grace,
-            wait_timeout=wait_timeout,
-        )
         super().__init__(**kwargs)
         self.federation = federation
-        # A string left here is a Jinja template: prepare() checks what it renders to.
-        self.datasets = datasets if isinstance(datasets, str) else list(datasets)  # type: ignore[assignment]
+        # Kept as given when of the wrong type (a lone string, a template): prepare() checks them all,
+        # before anything is reserved, so that one bad task never breaks the import of its DAG file.
+        self.datasets = list(datasets) if _is_collection(datasets) else datasets  # type: ignore[assignment]
         self.prefer_region = prefer_region
         self.prefer_group = prefer_group
-        self.clusters = clusters if clusters is None or isinstance(clusters, str) else list(clusters)  # type: ignore[assignment]
+        self.clusters = list(clusters) if _is_collection(clusters) else clusters  # type: ignore[arg-type,assignment]
         self.cluster_selector = (
-            cluster_selector if isinstance(cluster_selector, str) else dict(cluster_selector or {})
+            dict(cluster_selector or {}) if _is_mapping(cluster_selector) else cluster_selector  # type: ignore[assignment]
         )
-        self.policy = dict(policy or {})
+        self.policy = dict(policy or {}) if _is_mapping(policy) else policy  # type: ignore[assignment]
         self.preemptible = preemptible
         self.checkpoint = checkpoint
         self.expected_duration = expected_duration

@@ -74,22 +74,30 @@ def operator_class() -> Any:
 @pytest.mark.parametrize(
     ("arguments", "culprit"), [case[1:] for case in OPERATOR_CASES], ids=[c[0] for c in OPERATOR_CASES]
 )
-def test_bad_operator_argument_is_a_federation_error_at_construction(
+def test_bad_operator_argument_is_a_federation_error_before_anything_is_reserved(
     operator_class: Any, arguments: dict[str, Any], culprit: str
 ) -> None:
+    """Built as a DAG file builds it (one bad task never breaks its file's import), then prepared as a try
+    starts: the argument check comes before any member is resolved, reserved or created."""
+    from airflow_provider_fedsched.hooks.federation import FederationHook
     from airflow_provider_fedsched.operators.arguments import FederationError
 
-    def build() -> Any:
-        return operator_class(task_id="hostile", image="busybox", federation=SPEC, **arguments)
+    backend = MemoryStateBackend()
+    hook = FederationHook(SPEC, state=backend)
+    operator = operator_class(task_id="hostile", image="busybox", federation=SPEC, **arguments)
 
-    check(*run_bounded(lambda: raised(build, FederationError)), "raised", "FederationError", culprit)
+    def prepare() -> Any:
+        return operator.prepare(None, hook)
+
+    check(*run_bounded(lambda: raised(prepare, FederationError)), "raised", "FederationError", culprit)
+    assert backend.keys("") == []  # nothing reserved, no snapshot taken
 
 
-def test_a_jinja_template_is_checked_once_rendered(operator_class: Any) -> None:
+def test_a_lone_string_is_never_split_into_letters(operator_class: Any) -> None:
     operator = operator_class(
         task_id="templated", image="busybox", federation=SPEC, datasets="{{ params.d }}"
     )
-    assert operator.datasets == "{{ params.d }}"  # left for rendering, not split into letters
+    assert operator.datasets == "{{ params.d }}"  # rendered first, checked in prepare()
 
 
 # (id, policy overrides, culprit): checked against the spec in prepare(), before any reservation
