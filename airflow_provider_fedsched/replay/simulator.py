@@ -457,7 +457,7 @@ class _Replay:
             if not queue:
                 continue
             cluster = self.clusters[name]
-            room = {False: _max_free(cluster, False), True: _max_free(cluster, True)}
+            room = {False: cluster.max_free(False), True: cluster.max_free(True)}
             still = []
             queued = len(queue)
             for pending in queue[:queued]:
@@ -468,7 +468,7 @@ class _Replay:
                     still.append(pending)  # no node has that much free: binding cannot succeed
                     continue
                 if self.bind(pending):
-                    room = {False: _max_free(cluster, False), True: _max_free(cluster, True)}
+                    room = {False: cluster.max_free(False), True: cluster.max_free(True)}
                 else:
                     still.append(pending)
             # Evictions caused by these binds may have sent work here meanwhile: keep it queued.
@@ -485,14 +485,6 @@ class _Replay:
             for task in waiting:
                 if not self.place(task):
                     self.waiting.append(task)
-
-
-def _max_free(cluster: ClusterState, borrowing: bool) -> tuple[int, int, int]:
-    """Per resource, the most any one node has free."""
-    cpu = memory = gpu = 0
-    for free_cpu, free_memory, free_gpu, _ in cluster.free_list(borrowing):
-        cpu, memory, gpu = max(cpu, free_cpu), max(memory, free_memory), max(gpu, free_gpu)
-    return cpu, memory, gpu
 
 
 def simulate(
