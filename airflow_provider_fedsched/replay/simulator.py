@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from airflow_provider_fedsched.federation import ClusterSnapshot, FederationEngine, TaskRequest, Toleration
 from airflow_provider_fedsched.replay.cluster import (
     MIB,
+    USAGE_MARGIN,
     ClusterState,
     Running,
     gpu_spec_selector,
@@ -223,14 +224,14 @@ class _Replay:
         return self.decide(task, borrowing)
 
     def lent_capacity_shrinks(self, task: Task) -> bool:
-        """The tide forecast says online usage rises somewhere during the task's
-        run: what it would borrow now is likely reclaimed before it ends."""
+        """The tide forecast says online usage rises past the lending margin during the task's run: what
+        it would borrow now is likely reclaimed before it ends."""
         tide, remaining = self.federation.tide, max(60.0, task.run - self.state[task.name].done)
         steps = [self.now + remaining * k / 4 for k in range(1, 5)]
         for name in self.names:
             offset = self.federation.offsets[name]
             now = tide.usage(self.now, offset)
-            if any(tide.usage(at, offset) > now for at in steps):
+            if any(tide.usage(at, offset) > now + USAGE_MARGIN for at in steps):
                 return True
         return False
 
