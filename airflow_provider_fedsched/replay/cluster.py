@@ -291,6 +291,13 @@ class ClusterState:
             gpu += node.gpu - node.req_gpu
         return cpu, memory, gpu
 
+    def max_free(self, borrowing: bool) -> tuple[int, int, int]:
+        """Per resource, the most any one node has free."""
+        cpu = memory = gpu = 0
+        for free_cpu, free_memory, free_gpu, _ in self.free_list(borrowing):
+            cpu, memory, gpu = max(cpu, free_cpu), max(memory, free_memory), max(gpu, free_gpu)
+        return cpu, memory, gpu
+
     def free_list(self, borrowing: bool) -> list[tuple[int, int, int, dict[str, str]]]:
         """Each node's free (cpu, memory MiB, gpu milli) and labels: what a snapshot would show. A
         tainted node's labels carry :data:`TAINTED` so that fit checks keep pods without a GPU off it."""

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from airflow_provider_fedsched.federation import ClusterSnapshot, FederationEngine, TaskRequest, Toleration
 from airflow_provider_fedsched.replay.cluster import (
     MIB,
+    USAGE_MARGIN,
     ClusterState,
     Running,
     gpu_spec_selector,
@@ -223,14 +224,14 @@ class _Replay:
         return self.decide(task, borrowing)
 
     def lent_capacity_shrinks(self, task: Task) -> bool:
-        """The tide forecast says online usage rises somewhere during the task's
-        run: what it would borrow now is likely reclaimed before it ends."""
+        """The tide forecast says online usage rises past the lending margin during the task's run: what
+        it would borrow now is likely reclaimed before it ends."""
         tide, remaining = self.federation.tide, max(60.0, task.run - self.state[task.name].done)
         steps = [self.now + remaining * k / 4 for k in range(1, 5)]
         for name in self.names:
             offset = self.federation.offsets[name]
             now = tide.usage(self.now, offset)
-            if any(tide.usage(at, offset) > now for at in steps):
+            if any(tide.usage(at, offset) > now + USAGE_MARGIN for at in steps):
                 return True
         return False
 
@@ -457,7 +458,7 @@ class _Replay:
             if not queue:
                 continue
             cluster = self.clusters[name]
-            room = {False: _max_free(cluster, False), True: _max_free(cluster, True)}
+            room = {False: cluster.max_free(False), True: cluster.max_free(True)}
             still = []
             queued = len(queue)
             for pending in queue[:queued]:
@@ -468,7 +469,7 @@ class _Replay:
                     still.append(pending)  # no node has that much free: binding cannot succeed
                     continue
                 if self.bind(pending):
-                    room = {False: _max_free(cluster, False), True: _max_free(cluster, True)}
+                    room = {False: cluster.max_free(False), True: cluster.max_free(True)}
                 else:
                     still.append(pending)
             # Evictions caused by these binds may have sent work here meanwhile: keep it queued.
@@ -485,14 +486,6 @@ class _Replay:
             for task in waiting:
                 if not self.place(task):
                     self.waiting.append(task)
-
-
-def _max_free(cluster: ClusterState, borrowing: bool) -> tuple[int, int, int]:
-    """Per resource, the most any one node has free."""
-    cpu = memory = gpu = 0
-    for free_cpu, free_memory, free_gpu, _ in cluster.free_list(borrowing):
-        cpu, memory, gpu = max(cpu, free_cpu), max(memory, free_memory), max(gpu, free_gpu)
-    return cpu, memory, gpu
 
 
 def simulate(
