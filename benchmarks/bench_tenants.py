@@ -140,7 +140,7 @@ def fair_share_run(seconds: float, warmup: float, fair: bool, seed: int) -> dict
     return service
 
 
-def latency(decisions: int, seed: int) -> dict[str, float]:
+def latency(decisions: int, seed: int, costly: bool = True) -> dict[str, float]:
     spec, snapshots = generate(100, seed)
     document = spec.model_dump(mode="json")
     document["tenants"] = [
@@ -163,6 +163,10 @@ def latency(decisions: int, seed: int) -> dict[str, float]:
         spent={"team-b": 10.0},
         capacity={"cpu": 10**7},
     )
+    if not costly:  # the common case: a quota with room, no budget, no tenant further below waiting
+        document["tenants"][1].pop("budget")
+        tenanted = FederationEngine(load_spec(document))
+        inputs = TenantInputs(usage=inputs.usage, capacity=inputs.capacity)
     shapes = requests(seed, decisions)
     tenant_shapes = [r.model_copy(update={"tenant": "team-b"}) for r in shapes]
     # Warm-up: build every snapshot's index once.
@@ -203,13 +207,17 @@ def main() -> int:
             f"{label}: team-a {service['team-a']:.0f} GPU-s, team-b {service['team-b']:.0f} GPU-s, "
             f"ratio {ratio:.3f} (target 3.000, off by {abs(ratio - 3) / 3:.1%})"
         )
-    found = latency(decisions, seed=11)
-    print(
-        f"decision latency at 100 clusters x 50 nodes ({decisions} decisions): p50 without tenants "
-        f"{found['p50_without_ms']:.3f} ms, with tenants {found['p50_with_ms']:.3f} ms, "
-        f"ratio {found['ratio']:.3f}; same cluster chosen in {found['same_choice']:.0%}"
-    )
-    ok = abs(results["fair"] - 3) / 3 <= 0.10 and found["ratio"] <= 1.10
+    ratios = []
+    for costly in (True, False):
+        found = latency(decisions, seed=11, costly=costly)
+        ratios.append(found["ratio"])
+        case = "budget + 40 waiting tasks ahead" if costly else "quota only"
+        print(
+            f"decision latency at 100 clusters x 50 nodes ({decisions} decisions, {case}): p50 without "
+            f"tenants {found['p50_without_ms']:.3f} ms, with tenants {found['p50_with_ms']:.3f} ms, "
+            f"ratio {found['ratio']:.3f}; same cluster chosen in {found['same_choice']:.0%}"
+        )
+    ok = abs(results["fair"] - 3) / 3 <= 0.10 and max(ratios) <= 1.10
     print("tenants benchmark:", "within targets" if ok else "OUTSIDE targets")
     return 0
 
