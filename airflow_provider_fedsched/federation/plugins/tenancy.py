@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from airflow_provider_fedsched.federation.costs import compute_per_hour, egress
+from airflow_provider_fedsched.federation.costs import compute_per_hour
 from airflow_provider_fedsched.federation.framework import (
     SUCCESS,
     ClusterView,
@@ -60,6 +60,11 @@ class _BudgetData:
     spent: float
     moved_gb: float
     hours: float
+    egress_gb: float
+    """GB moved if no dataset were local to the cluster."""
+    egress_cost: float
+    local: dict[str, tuple[float, float]]
+    """Cluster -> (GB, egress cost) not moved because those datasets live there."""
 
 
 _BUDGET = DataKey[_BudgetData | None]("Budget")
@@ -77,6 +82,14 @@ class Budget(FilterPlugin):
             return
         inputs = found[1] if found is not None else TenantInputs()
         name = budget_tenant.name if budget_tenant is not None else ""
+        # Egress per cluster from one pass over the datasets (as the Cost score does), not per cluster.
+        local: dict[str, tuple[float, float]] = {}
+        total_gb = total_cost = 0.0
+        for dataset in state.datasets:
+            cost = dataset.size_gb * state.spec.cluster(dataset.cluster).prices.egress_gb
+            total_gb, total_cost = total_gb + dataset.size_gb, total_cost + cost
+            gb_here, cost_here = local.get(dataset.cluster, (0.0, 0.0))
+            local[dataset.cluster] = (gb_here + dataset.size_gb, cost_here + cost)
         _BUDGET.put(
             state,
             _BudgetData(
@@ -84,6 +97,9 @@ class Budget(FilterPlugin):
                 inputs.spent.get(name, 0.0),
                 inputs.egress_gb.get(name, 0.0),
                 request.expected_duration_seconds / 3600.0,
+                total_gb,
+                total_cost,
+                local,
             ),
         )
 
@@ -92,7 +108,8 @@ class Budget(FilterPlugin):
         if data is None:
             return SUCCESS
         request = state.request
-        gb, egress_cost = egress(state.spec, state.datasets, cluster.spec.name)
+        gb_here, cost_here = data.local.get(cluster.spec.name, (0.0, 0.0))
+        gb, egress_cost = max(0.0, data.egress_gb - gb_here), max(0.0, data.egress_cost - cost_here)
         cost = compute_per_hour(cluster.spec.prices, state.request_items) * data.hours + egress_cost
         if request.max_cost is not None and cost > request.max_cost:
             return unresolvable(
