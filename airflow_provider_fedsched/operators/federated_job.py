@@ -226,7 +226,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             self._finish(context, attempt, "failed", reason)
             raise AirflowException(reason)
         if attempt.running_at is None:
-            size, placed = self.gang_size, view.scheduled_count()
+            size, placed = self.gang_size, view.placed_together()
             if placed >= size:
                 attempt.running_at = datetime.now(UTC)
                 self._save(context)
@@ -239,7 +239,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                 raise Judged(
                     ClusterFailure(
                         "insufficient",
-                        f"{placed} of {size} pods of the gang scheduled within {grace:g}s: {why}",
+                        f"{placed} of {size} pods of the gang scheduled together within {grace:g}s: {why}",
                     )
                 )
         return False
