@@ -249,9 +249,10 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             for pod in self.job_manager.pods(attempt.namespace, attempt.pod):
                 name = pod["metadata"]["name"]
                 try:
+                    # Unparsed: the client's own parsing renders the body as "b'...'".
                     text = self.client.read_namespaced_pod_log(
-                        name, attempt.namespace, container=self.base_container_name
-                    )
+                        name, attempt.namespace, container=self.base_container_name, _preload_content=False
+                    ).data
                 except Exception as exc:  # logs are a courtesy: the Job's result stands
                     self.log.warning("Could not read the logs of %s: %s", name, exc)
                     continue
