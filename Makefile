@@ -37,6 +37,7 @@ demo: install
 
 bench: install
 	$(PY) benchmarks/bench_engine.py
+	$(PY) benchmarks/bench_gang.py
 	$(PY) benchmarks/bench_sim.py
 	$(PY) benchmarks/bench_hook.py
 	$(PY) benchmarks/bench_operator.py

@@ -60,8 +60,14 @@ class GangView:
                 return ClusterFailure(found.kind, f"member {name}: {found.reason}")
         return None
 
-    def scheduled_count(self) -> int:
-        return sum(1 for pod in self.live_pods() if scheduled(pod))
+    def placed_together(self) -> int:
+        """Members bound to a node and not yet ended, now: a gang is placed when all of them are at once
+        (members that already ended while another waited for a node do not count)."""
+        return sum(
+            1
+            for pod in self.live_pods()
+            if scheduled(pod) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
 
     def live_pods(self) -> list[dict[str, Any]]:
         return [pod for pod in self.pods if not (pod.get("metadata") or {}).get("deletionTimestamp")]

@@ -226,7 +226,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             self._finish(context, attempt, "failed", reason)
             raise AirflowException(reason)
         if attempt.running_at is None:
-            size, placed = self.gang_size, view.scheduled_count()
+            size, placed = self.gang_size, view.placed_together()
             if placed >= size:
                 attempt.running_at = datetime.now(UTC)
                 self._save(context)
@@ -239,7 +239,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                 raise Judged(
                     ClusterFailure(
                         "insufficient",
-                        f"{placed} of {size} pods of the gang scheduled within {grace:g}s: {why}",
+                        f"{placed} of {size} pods of the gang scheduled together within {grace:g}s: {why}",
                     )
                 )
         return False
@@ -249,9 +249,10 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             for pod in self.job_manager.pods(attempt.namespace, attempt.pod):
                 name = pod["metadata"]["name"]
                 try:
+                    # Unparsed: the client's own parsing renders the body as "b'...'".
                     text = self.client.read_namespaced_pod_log(
-                        name, attempt.namespace, container=self.base_container_name
-                    )
+                        name, attempt.namespace, container=self.base_container_name, _preload_content=False
+                    ).data
                 except Exception as exc:  # logs are a courtesy: the Job's result stands
                     self.log.warning("Could not read the logs of %s: %s", name, exc)
                     continue

@@ -4,7 +4,6 @@ the simulated federation's Job controller. A gang runs whole in one cluster or m
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,8 +45,9 @@ def left_behind(fed: SimFederation, dag_id: str) -> list[str]:
 
 
 @pytest.fixture
-def east_mostly_full(sim_federation: SimFederation, federation: Path) -> Iterator[None]:
-    """After the federation's snapshot, other tenants take east-cpu's room: one 2-cpu worker fits, not 3.
+def east_mostly_down(sim_federation: SimFederation, federation: Path) -> Iterator[None]:
+    """After the federation's snapshot, two of east-cpu's three nodes go NotReady: its one ready node takes
+    two 3-cpu workers, not the gang's three.
 
     The snapshot stays valid for the whole test (however slow the machine): the federation decides on
     what it saw, and the cluster's scheduler tells otherwise at run time."""
@@ -58,38 +58,16 @@ def east_mostly_full(sim_federation: SimFederation, federation: Path) -> Iterato
     def roomy_snapshot() -> bool:
         # On a loaded machine a collection may time out (the cluster is then "unreachable"): ask again.
         seen = FederationHook().collect()["east-cpu"]
-        return seen.reachable and seen.index.total_free.get("cpu", 0) >= 3 * 2000
+        return seen.reachable and seen.index.total_free.get("cpu", 0) >= 3 * 3000
 
     wait_for(roomy_snapshot, timeout=120, interval=1.0)
     east = sim_federation["east-cpu"]
-    fillers = []
-    run = uuid.uuid4().hex[:6]
-    for position, node in enumerate(east.nodes()):
-        name = f"gang-filler-{run}-{position}"
-        east.create_pod(
-            "default",
-            {
-                "metadata": {"name": name, "annotations": {"sim.fedsched.io/duration": "360000"}},
-                "spec": {
-                    "nodeName": node["metadata"]["name"],
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": "5" if position == 0 else "7"}},
-                        }
-                    ],
-                },
-            },
-        )
-        fillers.append(name)
-    for name in fillers:
-        east.wait_for_phase("default", name, "Running", timeout=30)
+    down = [node["metadata"]["name"] for node in east.nodes()][1:]
+    for name in down:
+        east.faults.node_not_ready(name)
     yield
-    for name in fillers:
-        east.delete_pod("default", name, grace=0)
-    for name in fillers:
-        east.wait_for_gone("default", name, timeout=30)
+    for name in down:
+        east.faults.node_ready(name)
 
 
 def test_a_gang_runs_whole_in_the_chosen_cluster_and_leaves_nothing(
@@ -105,16 +83,16 @@ def test_a_gang_runs_whole_in_the_chosen_cluster_and_leaves_nothing(
 
 @pytest.mark.parametrize("dag_id", ["gang_unschedulable_moves", "gang_deferrable_unschedulable_moves"])
 def test_a_member_unschedulable_past_the_grace_moves_the_whole_gang(
-    sim_federation: SimFederation, federation: Path, east_mostly_full: None, dag_id: str
+    sim_federation: SimFederation, federation: Path, east_mostly_down: None, dag_id: str
 ) -> None:
     state, record = run(dag_id)
 
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "insufficient"), ("north-gpu", "succeeded")]
     first = record["attempts"][0]
-    assert first["reason"].startswith("insufficient: 1 of 3 pods of the gang scheduled within 3s: ")
-    assert "Insufficient cpu" in first["reason"]
-    # The whole Job left east-cpu, the one running member with it; nothing is left anywhere.
+    assert first["reason"].startswith("2 of 3 pods of the gang scheduled together within 3s: ")
+    assert "1 Insufficient cpu" in first["reason"]
+    # The whole Job left east-cpu, the two members already placed with it; nothing is left anywhere.
     assert left_behind(sim_federation, dag_id) == []
 
 

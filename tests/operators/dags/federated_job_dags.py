@@ -26,7 +26,9 @@ def gang_dag(dag_id: str, duration: float = 2, logs: list[str] | None = None, **
             namespace="default",
             # user-events lives in east-cpu and may only go to cn-east-1 or cn-north-1.
             datasets=["user-events"],
-            container_resources=k8s.V1ResourceRequirements(requests={"cpu": "2", "memory": "1Gi"}),
+            container_resources=k8s.V1ResourceRequirements(requests={"cpu": "3", "memory": "1Gi"}),
+            # Two 3-cpu workers per 8-cpu node: north-gpu holds the gang only on its GPU pool's nodes.
+            tolerations=[k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
             backoff_limit=0,
             job_poll_interval=0.3,
             unschedulable_grace_seconds=3,
@@ -38,9 +40,11 @@ def gang_dag(dag_id: str, duration: float = 2, logs: list[str] | None = None, **
     return dag
 
 
-gang_dag("gang_runs_whole")
-gang_dag("gang_unschedulable_moves")
-gang_dag("gang_deferrable_unschedulable_moves", deferrable=True)
+# Simulated pods do not wait for each other as a real gang's workers do: each runs longer (x0.1 in the
+# tests' simulated time) than the 3 s grace, so a member that gets no node is seen while the others run.
+gang_dag("gang_runs_whole", duration=20)
+gang_dag("gang_unschedulable_moves", duration=60)
+gang_dag("gang_deferrable_unschedulable_moves", duration=60, deferrable=True)
 gang_dag(
     "gang_evicted_resumes",
     duration=40,
