@@ -95,6 +95,7 @@ def trial(fed: Any, dag: Any) -> dict[str, Any]:
 
     fault: dict[str, float] = {}
     second: dict[str, float] = {}
+    done: dict[str, Any] = {}
 
     def inject() -> None:
         # dag.test() parses and starts the task first: slow on a loaded machine.
@@ -102,7 +103,8 @@ def trial(fed: Any, dag: Any) -> dict[str, Any]:
         fed["c00"].faults.down()
         fault["at"] = time.time()
         deadline = time.monotonic() + CAP
-        while time.monotonic() < deadline and "at" not in second:
+        # Until the second pod shows or the run ends (a plain KubernetesPodOperator never makes one).
+        while time.monotonic() < deadline and "at" not in second and "at" not in done:
             for pod in fed["c01"].pods():
                 if (pod["metadata"].get("labels") or {}).get("dag_id") == dag.dag_id:
                     created = pod["metadata"]["creationTimestamp"]
@@ -111,7 +113,6 @@ def trial(fed: Any, dag: Any) -> dict[str, Any]:
 
     injector = threading.Thread(target=inject, daemon=True)
     injector.start()
-    done: dict[str, Any] = {}
 
     # dag.test() in the main thread: the Task SDK installs signal handlers, which only it may do.
     done["run"] = dag.test()
