@@ -42,7 +42,14 @@ def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 DAG_ID = "example_federated"
-TASKS = {"train_model", "eu_customer_report", "clickstream_rollup", "nightly_etl", "resumable_backfill"}
+TASKS = {
+    "train_model",
+    "eu_customer_report",
+    "clickstream_rollup",
+    "nightly_etl",
+    "resumable_backfill",
+    "train_bert",
+}
 ADMIN = ("admin", "admin")
 DASHBOARD = "https://dashboard.example/{cluster}/namespaces/{namespace}/pods/{pod}"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,14 +13,36 @@ from airflow_provider_fedsched.replay.topology import build_federation
 from airflow_provider_fedsched.replay.workload import TraceShaping, read_nodes, read_pods, shape_trace
 
 
+def _origin_checkout() -> Path | None:
+    """The local repository this checkout was cloned from (``git clone . /tmp/c``), if any."""
+    try:
+        url = subprocess.run(
+            ["git", "config", "--get", "remote.origin.url"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = Path(url.removeprefix("file://"))
+    return path.resolve() if url and path.is_absolute() and path.is_dir() else None
+
+
 def trace_folder() -> Path:
-    """``$FEDSCHED_TRACES`` or the first ``shared/traces`` found beside the checkout or a parent of it."""
+    """``$FEDSCHED_TRACES``, else the first ``shared/traces`` beside the checkout or a parent of it, or
+    beside the local repository a fresh clone was made from."""
     if os.environ.get("FEDSCHED_TRACES"):
         return Path(os.environ["FEDSCHED_TRACES"]) / "alibaba-gpu-v2023"
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "traces" / "alibaba-gpu-v2023"
-        if candidate.is_dir():
-            return candidate
+    roots = [Path(__file__).resolve()]
+    origin = _origin_checkout()
+    if origin is not None:
+        roots.append(origin / "tests")
+    for root in roots:
+        for parent in root.parents:
+            candidate = parent / "shared" / "traces" / "alibaba-gpu-v2023"
+            if candidate.is_dir():
+                return candidate
     pytest.fail("the Alibaba trace is not in shared/traces beside the checkout (or set FEDSCHED_TRACES)")
 
 
