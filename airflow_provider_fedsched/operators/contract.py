@@ -304,6 +304,16 @@ class Contract(KubernetesPodOperator):
         records.end_try(self._record, "failed", why)
         self.log.info("%s (%s/%s in %s)", why, attempt.namespace, attempt.pod, attempt.cluster)
 
+    def _attempt_pod(self, attempt: Attempt) -> k8s.V1Pod:
+        """The attempt's pod: the task's template, labelled, told where it runs and whether it resumes."""
+        return attempts.attempt_pod(
+            self.pod_template,
+            self._record,
+            attempt,
+            base_container=self.base_container_name,
+            checkpoint=self.checkpoint,
+        )
+
     # Record keeping ----------------------------------------------------------------------------------
     @property
     def _record(self) -> PlacementRecord:

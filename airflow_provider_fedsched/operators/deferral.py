@@ -17,7 +17,6 @@ from airflow_provider_fedsched.kube.failures import (
     unschedulable_message,
 )
 from airflow_provider_fedsched.kube.pods import ClusterLost, as_dict
-from airflow_provider_fedsched.operators import attempts
 from airflow_provider_fedsched.operators.arguments import FederationError
 from airflow_provider_fedsched.operators.contract import ClusterLeft, Contract, Judged
 
@@ -79,13 +78,7 @@ class Deferral(Contract):
     def _reenter(self, context: Any, attempt: Attempt, event: dict[str, Any]) -> Any:
         """Judge the attempt the trigger fired about, from a fresh read of its pod."""
         status, message = str(event.get("status")), str(event.get("message") or event.get("status"))
-        self.pod_request_obj = attempts.attempt_pod(
-            self.pod_template,
-            self._record,
-            attempt,
-            base_container=self.base_container_name,
-            checkpoint=self.checkpoint,
-        )
+        self.pod_request_obj = self._attempt_pod(attempt)
         self._watch.reset(self._grace() if status != "lost" else 0.0)
         if status == "error":
             raise self._trigger_failed(context, attempt, message)

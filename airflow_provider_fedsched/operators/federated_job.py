@@ -143,13 +143,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
     def _attempt_job(self, attempt: Attempt) -> k8s.V1Job:
         """The attempt's Job: the task's pod template (labelled, told where it runs and whether it
         resumes) as the Job's template, with the Job's own labels the same (adoption finds it)."""
-        pod = attempts.attempt_pod(
-            self.pod_template,
-            self._record,
-            attempt,
-            base_container=self.base_container_name,
-            checkpoint=self.checkpoint,
-        )
+        pod = self._attempt_pod(attempt)
         labels = dict(pod.metadata.labels or {})
         job = k8s.V1Job(
             api_version="batch/v1",

@@ -323,13 +323,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
     def _run_attempt(self, context: Any, attempt: Attempt) -> Any:
         """Run KubernetesPodOperator's flow in the attempt's cluster; judge how it ended."""
         self.use_cluster(attempt.cluster)
-        self.pod_request_obj = attempts.attempt_pod(
-            self.pod_template,
-            self._record,
-            attempt,
-            base_container=self.base_container_name,
-            checkpoint=self.checkpoint,
-        )
+        self.pod_request_obj = self._attempt_pod(attempt)
         self.pod = self.remote_pod = None
         self._created = None
         self._watch.reset(self._grace())
