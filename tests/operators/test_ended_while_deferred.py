@@ -180,11 +180,13 @@ def test_a_try_marked_failed_while_no_triggerer_runs_leaves_no_pod(
             os.killpg(triggerer.pid, signal.SIGKILL)
             triggerer.wait(timeout=30)
 
-    # The trigger's own log (the try's log file) says why it deleted the pod: its own check of the task
-    # instance found the try over, or the triggerer cancelled it as a user's action first (on_kill); which
-    # one comes first depends on when the triggerer's clean-up runs.
+    # The trigger's log says why it deleted the pod: its own check of the task instance found the try
+    # over, or the triggerer cancelled it as a user's action first (on_kill); which one comes first depends
+    # on when the triggerer's clean-up runs. A line written after the trigger ended goes to the triggerer's
+    # own log rather than the try's trigger log file: read both (this run's lines).
     trigger_logs = Path(os.environ["AIRFLOW_HOME"], "logs", f"dag_id={DAG_ID}", f"run_id={run_id}")
     log_text = "".join(p.read_text() for p in trigger_logs.rglob("*trigger*"))
+    log_text += "".join(line for line in log_path.read_text().splitlines(True) if run_id in line)
     why = ("no longer deferred", "Task ended by a user")
     assert any(reason in log_text for reason in why) and "deleted" in log_text, log_text[-3000:]
     record = placement_of_run(DAG_ID, run_id)
