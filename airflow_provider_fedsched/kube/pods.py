@@ -117,6 +117,14 @@ class Watch:
         return now - self.node_unready_since
 
 
+class PodNotDeleted(Exception):
+    """A pod's delete was never accepted: its cluster did not answer (or refused)."""
+
+    def __init__(self, cluster: str, namespace: str, name: str, reason: str) -> None:
+        super().__init__(f"pod {namespace}/{name} in cluster {cluster} was not deleted: {reason}")
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+
+
 class FederatedPodManager(PodManager):
     """A PodManager for one member cluster whose reads are bounded and keep the attempt's :class:`Watch`."""
 
@@ -261,8 +269,22 @@ class FederatedPodManager(PodManager):
             raise
 
     def delete_pod(self, pod: k8s.V1Pod) -> None:
-        """KubernetesPodOperator's cleanup deletes through the one deletion path too."""
-        self.remove(pod.metadata.namespace, pod.metadata.name, within=0.0)
+        """KubernetesPodOperator's cleanup deletes through the one deletion path too, retrying within the
+        attempt's grace while the cluster does not answer; raises :class:`PodNotDeleted` if it never did
+        (the operator then writes the pod down as an orphan: no pod outlives its try)."""
+        namespace, name = pod.metadata.namespace, pod.metadata.name
+        deadline = time.monotonic() + self.watch.grace
+        self.removed.add((namespace, name))
+        while True:
+            try:
+                self._client.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                return
+            except Exception as exc:
+                if is_gone(exc):
+                    return
+                if not unanswered(exc) or time.monotonic() >= deadline:
+                    raise PodNotDeleted(self.cluster, namespace, name, self.reason(exc)) from exc
+            time.sleep(CONFIRM_INTERVAL)
 
     def remove(self, namespace: str, name: str, *, within: float) -> bool:
         """Delete the pod (no grace period: it must never start later) and confirm it is gone within

@@ -33,7 +33,13 @@ from airflow_provider_fedsched.kube.failures import (
     scheduled,
     unschedulable_message,
 )
-from airflow_provider_fedsched.kube.pods import CONFIRM_INTERVAL, ClusterLost, Observation, as_dict
+from airflow_provider_fedsched.kube.pods import (
+    CONFIRM_INTERVAL,
+    ClusterLost,
+    Observation,
+    PodNotDeleted,
+    as_dict,
+)
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError
 
@@ -288,6 +294,21 @@ class Contract(KubernetesPodOperator):
         target[attempt.cluster] = records.short(f"{failure.kind}: {failure.reason}")
         record.excluded_at[attempt.cluster] = datetime.now(UTC)
         self._save(context)
+
+    def process_pod_deletion(self, pod: k8s.V1Pod, *, reraise: bool = True) -> bool:
+        """KubernetesPodOperator's deletion of a finished pod; a pod whose cluster never accepted the delete
+        is written down as an orphan, deleted by the next snapshot that finds the cluster answering."""
+        try:
+            deleted: bool = KubernetesPodOperator.process_pod_deletion(self, pod, reraise=True)
+            return deleted
+        except PodNotDeleted as exc:
+            self.federation_hook.add_orphan(exc.cluster, exc.namespace, exc.name)
+            self.log.warning("%s; it is deleted when the cluster answers again", exc)
+            return False
+        except Exception:
+            if reraise:
+                raise
+            return False
 
     def _cancel(self) -> None:
         """The task was ended (UI, API, timeout): delete the pod where it runs and record it."""

@@ -242,3 +242,39 @@ def test_a_trigger_that_fails_deletes_the_pod_and_never_runs_the_work_twice(
     assert "its pod was deleted" in record["reason"]
     assert creates() == 1  # not started again elsewhere
     assert pods_of(sim_federation, "fed_trigger_fails") == []
+
+
+def test_a_finished_pod_whose_delete_is_not_answered_is_written_down_and_swept(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """KubernetesPodOperator's cleanup deletes the finished pod; a cluster down at that moment (past the
+    grace) must not leave it behind: it becomes an orphan, deleted by the next snapshot that answers."""
+    from kubernetes.client import models as k8s
+
+    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+
+    west = sim_federation["west-general"]
+    west.create_pod(
+        "default",
+        {
+            "metadata": {"name": "cleanup-me"},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "base", "image": "busybox"}]},
+        },
+    )
+    wait_for(lambda: west.pod("default", "cleanup-me")["status"].get("phase") == "Succeeded", timeout=30)
+    operator = FederatedKubernetesOperator(task_id="cleanup", image="busybox", preemptible=True)
+    operator.use_cluster("west-general")
+    pod = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="cleanup-me", namespace="default"),
+        status=k8s.V1PodStatus(phase="Succeeded"),
+    )
+    west.faults.down()
+    try:
+        assert operator.process_pod_deletion(pod, reraise=False) is False
+    finally:
+        west.faults.up()
+    assert FederationHook().orphans("west-general") == [("default", "cleanup-me")]
+    assert west.pod("default", "cleanup-me") is not None  # nothing reached the cluster while it was down
+    sweep_orphans()
+    assert FederationHook().orphans("west-general") == []
+    assert all(p["metadata"]["name"] != "cleanup-me" for p in west.pods())
