@@ -53,6 +53,8 @@ async def acollect(hook: HookParts, clusters: Iterable[str] | None) -> dict[str,
         hook.state.quota_limits.put(cluster, found_limits)
     for access in reachable:
         found = results.get(access.cluster)
+        if found is not None and found.reachable:
+            sweep_ended_tries(hook, access.cluster)
         orphans = hook.state.orphans.of(access.cluster) if found is not None and found.reachable else []
         for namespace, pod in await delete_pods(access, orphans, hook.snapshot_timeout) if orphans else []:
             hook.state.orphans.forget(access.cluster, namespace, pod)
@@ -62,6 +64,41 @@ async def acollect(hook: HookParts, clusters: Iterable[str] | None) -> dict[str,
         if snapshot.reachable:
             hook.state.history.append(snapshot.cluster, "utilization", _utilization_sample(snapshot))
     return results
+
+
+ENDED_TRY_AGE = 30.0
+"""Seconds a deferred try's entry is left to its trigger (which deletes the pod of a try a user ended)
+before the sweep asks whether the try is over."""
+
+
+def sweep_ended_tries(hook: HookParts, cluster: str) -> None:
+    """Pods of deferred tries that ended while no trigger watched them become orphans (deleted next).
+
+    The pod trigger deletes the pod of a try that ends while it waits; this catches what no trigger ran
+    for: a trigger row cleaned up before a restarted triggerer picked it up. A try whose state nobody in
+    this process can tell is left for a later sweep."""
+    from airflow_provider_fedsched.hooks.tries import state_if_over
+
+    now = time.time()
+    for entry in hook.state.deferred.of(cluster):
+        if now - float(entry["since"]) < ENDED_TRY_AGE:
+            continue
+        try:
+            state = state_if_over(entry["dag_id"], entry["run_id"], entry["task_id"], entry["map_index"])
+        except Exception as exc:
+            hook.log.debug("Cannot tell whether the try of pod %s ended: %s", entry["pod"], exc)
+            return
+        if state is None:
+            continue
+        hook.log.warning(
+            "The try of pod %s/%s in %s is over (task instance %s) and no trigger deleted it: deleting it",
+            entry["namespace"],
+            entry["pod"],
+            cluster,
+            state,
+        )
+        hook.state.orphans.add(cluster, entry["namespace"], entry["pod"])
+        hook.state.deferred.forget(cluster, entry["namespace"], entry["pod"])
 
 
 def snapshots(

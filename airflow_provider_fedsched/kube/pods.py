@@ -88,13 +88,29 @@ class Watch:
     """The last known pod and the last error without an answer (for the record's reason)."""
     gave_up: bool = False
     """The grace ran out once: later reads in this attempt (cleanup) do not wait it out again."""
+    result_grace: float = 0.0
+    """How long to wait once the pod is known to have ended (the task's ``unreachable_grace`` even when
+    it is preemptible: its work is done, so moving it could only run it twice)."""
+    ended_phase: str | None = None
+    """``Succeeded`` or ``Failed`` once a read (or the pod trigger) saw the pod end."""
 
-    def reset(self, grace: float) -> None:
+    def reset(self, grace: float, result_grace: float | None = None) -> None:
         """A new attempt (or a new look at one): nothing seen yet."""
         self.grace = grace
+        self.result_grace = max(grace, result_grace if result_grace is not None else grace)
         self.unanswered_since = self.node_unready_since = None
         self.last_pod = self.last_error = None
         self.gave_up = False
+        self.ended_phase = None
+
+    @property
+    def limit(self) -> float:
+        """Seconds a read may go without an answer now."""
+        return self.result_grace if self.ended_phase is not None else self.grace
+
+    def seen(self, phase: str | None) -> None:
+        if phase in ("Succeeded", "Failed"):
+            self.ended_phase = phase
 
     def answered(self) -> None:
         self.unanswered_since = None
@@ -189,7 +205,7 @@ class FederatedPodManager(PodManager):
                 if is_gone(exc) or not unanswered(exc):
                     raise
                 waited = self.watch.unanswered(exc)
-                if waited >= self.watch.grace or self.watch.gave_up:
+                if waited >= self.watch.limit or self.watch.gave_up:
                     self.watch.gave_up = True
                     raise ClusterLost(self.unreachable(exc, waited)) from exc
                 if waited - noted >= 10 or not noted:
@@ -199,14 +215,15 @@ class FederatedPodManager(PodManager):
                         self.cluster,
                         name,
                         waited,
-                        self.watch.grace,
+                        self.watch.limit,
                         self.reason(exc),
                     )
-                time.sleep(min(2.0, max(0.05, self.watch.grace - waited)))
+                time.sleep(min(2.0, max(0.05, self.watch.limit - waited)))
         if self.watch.unanswered_since is not None:
             self.log.info("Cluster %s answers again: reattached to pod %s", self.cluster, name)
         self.watch.answered()
         self.watch.last_pod = remote
+        self.watch.seen(remote.status.phase if remote.status else None)
         self._check_node(remote)
         return remote
 
@@ -273,7 +290,7 @@ class FederatedPodManager(PodManager):
         attempt's grace while the cluster does not answer; raises :class:`PodNotDeleted` if it never did
         (the operator then writes the pod down as an orphan: no pod outlives its try)."""
         namespace, name = pod.metadata.namespace, pod.metadata.name
-        deadline = time.monotonic() + self.watch.grace
+        deadline = time.monotonic() + self.watch.limit
         self.removed.add((namespace, name))
         while True:
             try:

@@ -41,7 +41,7 @@ from airflow_provider_fedsched.kube.pods import (
     as_dict,
 )
 from airflow_provider_fedsched.operators import attempts, records
-from airflow_provider_fedsched.operators.arguments import FederationError
+from airflow_provider_fedsched.operators.arguments import FederationError, seconds
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
@@ -84,6 +84,7 @@ class Contract(KubernetesPodOperator):
         preemptible: bool
         checkpoint: str | None
         unschedulable_grace_seconds: float
+        unreachable_grace: timedelta | float
         _records: records.RecordKeeper
         _watch: Watch
         _created: bool | None
@@ -132,7 +133,11 @@ class Contract(KubernetesPodOperator):
         found: list[tuple[str, Any]] = []
         for cluster in members:
             where_it_ran = last is not None and last.cluster == cluster
-            deadline = time.monotonic() + (self._grace() if where_it_ran else 0.0)
+            # A pod seen ended whose cluster then went silent ("lost") is waited for even when
+            # preemptible: its work is done, it must be adopted, not run again.
+            ended_there = where_it_ran and last is not None and last.outcome == "lost"
+            wait = self._result_grace() if ended_there else self._grace() if where_it_ran else 0.0
+            deadline = time.monotonic() + wait
             while True:
                 try:
                     self.use_cluster(cluster)
@@ -142,7 +147,7 @@ class Contract(KubernetesPodOperator):
                     if time.monotonic() < deadline:
                         time.sleep(2.0)
                         continue
-                    if where_it_ran and not self.preemptible:
+                    if where_it_ran and (not self.preemptible or ended_there):
                         raise self._give_up(
                             context,
                             f"the earlier try's pod may still run in {cluster}, which does not answer: "
@@ -241,9 +246,10 @@ class Contract(KubernetesPodOperator):
                 return seen
             time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
 
-    def _after_failure(self, context: Any, attempt: Attempt, exc: BaseException) -> BaseException:
+    def _after_failure(self, context: Any, attempt: Attempt, exc: BaseException) -> BaseException | None:
         """Record how the attempt ended; return what to raise: the task's own error, a FederationError
-        when the try must fail, or ClusterLeft after the pod is gone and the cluster left."""
+        when the try must fail, or ClusterLeft after the pod is gone and the cluster left; None when the
+        pod had Succeeded before its cluster stopped answering (the try succeeds, its work is not re-run)."""
         failure = self._judge(attempt, exc)
         if failure is None:
             self._finish(context, attempt, "failed", _short(exc))
@@ -252,6 +258,8 @@ class Contract(KubernetesPodOperator):
         self.log.warning(
             "Attempt %d in %s ended: %s (%s)", attempt.number, attempt.cluster, failure.kind, failure.reason
         )
+        if failure.kind == "unreachable" and self._watch.ended_phase is not None:
+            return self._ended_unread(context, attempt, failure, self._watch.ended_phase)
         if failure.kind == "unreachable" and self._created is not False:
             # The pod may still run: fence it; only a preemptible task may start its work elsewhere.
             gone = self.pod_manager.remove(attempt.namespace, attempt.pod, within=0.0)
@@ -273,6 +281,34 @@ class Contract(KubernetesPodOperator):
                 return FederationError(reason)
         self._leave(context, attempt, failure)
         return ClusterLeft(failure)
+
+    def _ended_unread(
+        self, context: Any, attempt: Attempt, failure: ClusterFailure, phase: str
+    ) -> BaseException | None:
+        """The pod was seen ``phase`` (its work is over), then its cluster stopped answering for longer than
+        ``unreachable_grace``: the work is never started again, preemptible or not. Succeeded, with no
+        XCom to read, the try succeeds without the pod's logs; otherwise it fails, and a retry waits for
+        that cluster to adopt the pod. Either way the pod is deleted when its cluster answers again."""
+        self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+        if phase == "Succeeded" and not self.do_xcom_push:
+            reason = (
+                f"pod {attempt.pod} Succeeded; its cluster then stopped answering ({failure.reason}), so its "
+                "logs were not read; the pod is deleted when the cluster answers again"
+            )
+            self.log.warning("%s", reason)
+            self._finish(context, attempt, "succeeded", reason)
+            return None
+        reason = (
+            f"pod {attempt.pod} {phase}, but its cluster stopped answering before its "
+            f"{'result' if self.do_xcom_push else 'outcome'} was read ({failure.reason}); the work is not "
+            "started again; the pod is deleted when the cluster answers again"
+        )
+        self._finish(context, attempt, "lost", reason)
+        return FederationError(reason)
+
+    def _result_grace(self) -> float:
+        """How long a pod whose work is over is waited for: ``unreachable_grace``, preemptible or not."""
+        return float(seconds(self.unreachable_grace, "unreachable_grace") or 0)
 
     def _failed_at(self) -> datetime:
         """When the failure was first seen: the first call without an answer, if there was one."""

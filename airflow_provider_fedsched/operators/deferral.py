@@ -39,6 +39,7 @@ class Deferral(Contract):
             attempt = self._record.current
             if attempt is not None and attempt.outcome == "running":
                 self.use_cluster(attempt.cluster)
+                self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
                 error = (next_kwargs or {}).get("error", "unknown error")
                 self.log.error("The pod trigger failed (%s): deleting pod %s", error, attempt.pod)
                 self._trigger_failed(context, attempt, str(error))
@@ -73,13 +74,25 @@ class Deferral(Contract):
             self._inline_result = self._reenter(context, attempt, {"status": "done"})
             self._settled = True
             return
+        ti = context["ti"] if context is not None else None
+        if ti is not None:  # for the sweep of tries that end while no trigger watches (hooks/sensing.py)
+            self.federation_hook.state.deferred.add(
+                attempt.cluster,
+                attempt.namespace,
+                attempt.pod,
+                {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index},
+            )
         self.defer(trigger=trigger, method_name="trigger_reentry")
 
     def _reenter(self, context: Any, attempt: Attempt, event: dict[str, Any]) -> Any:
         """Judge the attempt the trigger fired about, from a fresh read of its pod."""
         status, message = str(event.get("status")), str(event.get("message") or event.get("status"))
+        self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
         self.pod_request_obj = self._attempt_pod(attempt)
-        self._watch.reset(self._grace() if status != "lost" else 0.0)
+        self._watch.reset(self._grace() if status != "lost" else 0.0, self._result_grace())
+        if status == "done":
+            # The trigger saw the pod end: its result is known, whatever happens to its cluster now.
+            self._watch.seen(str(event.get("phase") or ""))
         if status == "error":
             raise self._trigger_failed(context, attempt, message)
         try:
@@ -121,6 +134,9 @@ class Deferral(Contract):
             )
         except Exception as exc:
             outcome = self._after_failure(context, attempt, exc)
+            if outcome is None:  # the pod Succeeded before its cluster went silent: the try succeeds
+                self._settled = True
+                return None
             if isinstance(outcome, ClusterLeft):
                 self._inline_result = self._place_and_run(context)
                 self._settled = True

@@ -326,7 +326,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         self.pod_request_obj = self._attempt_pod(attempt)
         self.pod = self.remote_pod = None
         self._created = None
-        self._watch.reset(self._grace())
+        self._watch.reset(self._grace(), self._result_grace())
         self.schedule_timeout_seconds = int(max(float(self.unschedulable_grace_seconds), 2.0))
         try:
             if self.deferrable:
@@ -340,7 +340,10 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         except Exception as exc:
             if self._settled:
                 raise
-            raise self._after_failure(context, attempt, exc) from exc
+            outcome = self._after_failure(context, attempt, exc)
+            if outcome is None:
+                return None  # the pod Succeeded before its cluster went silent: the try succeeds
+            raise outcome from exc
         self._finish(context, attempt, "succeeded", "")
         return result
 

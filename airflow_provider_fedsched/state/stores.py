@@ -317,6 +317,35 @@ class OrphanStore(_Store):
         self.backend.delete(self._key("orphan", cluster, f"{namespace}.{pod}"))
 
 
+class DeferredStore(_Store):
+    """Pods of deferred tries, with their task instance: a pod whose try ended while no trigger watched it
+    (a triggerer down when a user failed the task, a trigger row cleaned up before it ran) is found here
+    by the sweep (``hooks/sensing.py``) and deleted: no pod outlives its try."""
+
+    def add(self, cluster: str, namespace: str, pod: str, task_instance: Mapping[str, Any]) -> None:
+        entry = {**task_instance, "namespace": namespace, "pod": pod, "since": time.time()}
+        self.backend.set(self._key("deferred", cluster, f"{namespace}.{pod}"), entry)
+
+    def of(self, cluster: str) -> list[dict[str, Any]]:
+        found = self.backend.get_many(self._key("deferred", cluster) + "/")
+        entries = [read_stored(key, raw or None, _deferred) for key, raw in found.items()]
+        return [entry for entry in entries if entry is not None]
+
+    def forget(self, cluster: str, namespace: str, pod: str) -> None:
+        self.backend.delete(self._key("deferred", cluster, f"{namespace}.{pod}"))
+
+
+def _deferred(raw: Any) -> dict[str, Any]:
+    document = dict(_mapping(raw))
+    _orphan(document)
+    for key in ("dag_id", "run_id", "task_id"):
+        if not isinstance(document.get(key), str) or not document[key]:
+            raise ValueError(f"expected a non-empty string {key!r}")
+    if not isinstance(document.get("map_index"), int) or not isinstance(document.get("since"), int | float):
+        raise ValueError("expected an integer 'map_index' and a number 'since'")
+    return document
+
+
 class HistoryStore(_Store):
     """Per cluster and kind (utilization, start_latency, outcome), the newest samples.
 
@@ -405,6 +434,7 @@ class FederationState:
         self.reservations = ReservationStore(backend, self.prefix)
         self.leases = LeaseStore(backend, self.prefix)
         self.orphans = OrphanStore(backend, self.prefix)
+        self.deferred = DeferredStore(backend, self.prefix)
         self.history = HistoryStore(backend, self.prefix)
         self.forecasts = ForecastStore(backend, self.prefix)
         self.plans = PlanStore(backend, self.prefix)

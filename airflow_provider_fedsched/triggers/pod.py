@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_fedsched.hooks.tries import state_if_over
 from airflow_provider_fedsched.kube.failures import (
     describe_error,
     disruption,
@@ -45,12 +46,6 @@ def min_deferral_seconds() -> float:
 
     return max(0.0, conf.getfloat("fedsched", "min_deferral_seconds", fallback=MIN_DEFERRAL_SECONDS))
 
-
-TRY_OVER = frozenset(
-    {"success", "failed", "skipped", "upstream_failed", "removed", "up_for_retry", "restarting"}
-)
-"""Task instance states in which a deferred try is over (a user or the scheduler ended it). Not
-``queued``/``scheduled``: that is a resumption in progress (and ``dag.test`` runs triggers while queued)."""
 
 _CLEANUPS: set[asyncio.Future[None]] = set()
 
@@ -201,15 +196,7 @@ class FederatedPodTrigger(BaseTrigger):
         ti = self.task_instance
         if ti is None or getattr(ti, "dag_id", None) is None:
             return None
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
-        map_index = ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None
-        states = RuntimeTaskInstance.get_task_states(
-            dag_id=ti.dag_id, map_index=map_index, task_ids=[ti.task_id], run_ids=[ti.run_id]
-        )
-        key = ti.task_id if map_index is None else f"{ti.task_id}_{map_index}"
-        state = (states.get(ti.run_id) or {}).get(key)
-        return str(state) if state is not None and str(state) in TRY_OVER else None
+        return state_if_over(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
 
     async def _end_over_try(self, state: str) -> TriggerEvent:
         self.log.info(

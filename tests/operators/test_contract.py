@@ -8,6 +8,7 @@ try and never starts its work a second time. A preemptible task moves at once an
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -278,3 +279,62 @@ def test_a_finished_pod_whose_delete_is_not_answered_is_written_down_and_swept(
     sweep_orphans()
     assert FederationHook().orphans("west-general") == []
     assert all(p["metadata"]["name"] != "cleanup-me" for p in west.pods())
+
+
+@contextlib.contextmanager
+def silent_after_done(fed: SimFederation, seconds: float) -> Iterator[list[threading.Thread]]:
+    """The pod's cluster stops answering for ``seconds`` as soon as the pod trigger fires ``done``."""
+    from tests.operators import outage_trigger
+
+    outages: list[threading.Thread] = []
+
+    def down(cluster: str) -> None:
+        fed[cluster].faults.down()
+        outage = threading.Timer(seconds, fed[cluster].faults.up)
+        outage.start()
+        outages.append(outage)
+
+    outage_trigger.AFTER_DONE = down
+    try:
+        yield outages
+    finally:
+        outage_trigger.AFTER_DONE = None
+        for outage in outages:
+            outage.join(timeout=60)
+        for handle in fed.handles.values():
+            handle.faults.up()
+
+
+def test_a_preemptible_pod_seen_ended_is_adopted_after_its_cluster_comes_back(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """Preemptible work moves at once when its cluster goes silent, unless its pod is known to have ended:
+    then its result is waited for (``unreachable_grace``), never run a second time elsewhere."""
+    dag_id = "fed_done_then_silent_short"
+    with silent_after_done(sim_federation, seconds=3) as outages:
+        state, record, _ = run(dag_id)
+    assert len(outages) == 1  # the cluster was silent when the task resumed
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
+    assert "work done" in capfd.readouterr().out  # its logs were read once the cluster answered
+    assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_preemptible_pod_seen_succeeded_succeeds_unread_past_the_grace_and_is_swept(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+) -> None:
+    dag_id = "fed_done_then_silent_long"
+    with silent_after_done(sim_federation, seconds=8) as outages:
+        state, record, _ = run(dag_id)
+        assert len(outages) == 1
+        assert state == "success" and record is not None
+        assert path(record) == [("east-cpu", "succeeded")]
+        assert creates() == 1  # west-general was allowed: the work was still not started there
+        (attempt,) = record["attempts"]
+        assert "Succeeded; its cluster then stopped answering" in attempt["reason"]
+        assert "logs were not read" in attempt["reason"]
+        assert FederationHook().orphans("east-cpu") == [(attempt["namespace"], attempt["pod"])]
+    sweep_orphans()
+    assert FederationHook().orphans("east-cpu") == []
+    assert pods_of(sim_federation, dag_id) == []

@@ -194,3 +194,40 @@ def test_a_try_marked_failed_while_no_triggerer_runs_leaves_no_pod(
     assert attempt["outcome"] == "cancelled" and attempt["pod"] == name, log_text[-4000:]
     assert record["outcome"] == "failed" and "ended from the UI or the API" in record["reason"]
     assert_no_credentials_in_the_database(sim_federation)
+
+
+def test_a_try_whose_trigger_never_ran_is_swept_by_the_next_snapshot(
+    sim_federation: SimFederation, federation: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Soak finding: a try marked failed just after it deferred, its trigger row cleaned up (Airflow's
+    ``Trigger.clean_unused``, run by every triggerer loop) before any triggerer ran it: no trigger, no
+    ``on_kill``, yet its pod must go. The next snapshot of the pod's cluster sweeps it."""
+    from airflow.models.trigger import Trigger
+
+    from airflow_provider_fedsched.hooks import sensing
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+
+    airflow_harness.load_dag(DAG_FILE, DAG_ID)
+    airflow_harness.serialize_dags()
+    now = datetime.now(UTC)
+    run_id = f"manual__swept-{now.timestamp():.0f}"
+    airflow_harness.create_dag_run(DAG_ID, run_id, now)
+    defer(run_id)
+    found = the_pod(sim_federation, run_id)
+    assert found is not None
+    cluster, pod = found
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    hook = FederationHook()
+    assert [e["pod"] for e in hook.state.deferred.of(cluster)] == [name]
+
+    mark_failed_as_the_rest_api_does(run_id)
+    Trigger.clean_unused()
+    assert ti_row(run_id) == ("failed", None)
+
+    # A deferral still within its trigger's time is left alone; then the sweep finds the try over.
+    hook.collect()
+    assert sim_federation[cluster].pod(namespace, name) is not None
+    monkeypatch.setattr(sensing, "ENDED_TRY_AGE", 0.0)
+    hook.collect()
+    assert sim_federation[cluster].pod(namespace, name) is None
+    assert hook.state.deferred.of(cluster) == [] and hook.orphans(cluster) == []

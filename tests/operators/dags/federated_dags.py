@@ -161,3 +161,25 @@ with DAG("fed_trigger_fails", start_date=datetime(2026, 1, 1), schedule=None, ca
         container_resources=requests(),
         annotations=sim(duration=600),
     )
+
+
+# A deferred preemptible task whose pod ended, seen by its trigger, just before its cluster went silent:
+# the result is known, so the work is never started again (test_contract.py).
+class _OutageAfterDoneOperator(FederatedKubernetesOperator):
+    trigger_class = "tests.operators.outage_trigger.OutageAfterDoneTrigger"
+
+
+for name, grace in (("short", 60), ("long", 2)):
+    with DAG(f"fed_done_then_silent_{name}", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+        _OutageAfterDoneOperator(
+            task_id="work",
+            image="busybox:1.36",
+            clusters=["east-cpu", "west-general"],
+            preemptible=True,
+            checkpoint="s3://bucket/ckpt",
+            unreachable_grace=grace,
+            deferrable=True,
+            poll_interval=0.5,
+            container_resources=requests(),
+            annotations=sim(duration=5, logs=["work done"]),
+        )

@@ -1,0 +1,23 @@
+"""A pod trigger whose cluster stops answering right after it saw the pod end (test_contract.py): the
+window in which a deferred task knows its pod's result but has not read it yet. The trigger and the
+Kubernetes client are the real ones; only the moment of the outage is chosen here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+from airflow.triggers.base import TriggerEvent
+
+from airflow_provider_fedsched.triggers.pod import FederatedPodTrigger
+
+AFTER_DONE: Callable[[str], None] | None = None
+"""Set by the test: called with the cluster's name once the trigger fires ``done``, before the task
+resumes."""
+
+
+class OutageAfterDoneTrigger(FederatedPodTrigger):
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        async for event in super().run():
+            if event.payload.get("status") == "done" and AFTER_DONE is not None:
+                AFTER_DONE(self.cluster)
+            yield event
