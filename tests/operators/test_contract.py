@@ -8,6 +8,7 @@ try and never starts its work a second time. A preemptible task moves at once an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -35,27 +36,61 @@ def pod_of(fed: SimFederation, dag_id: str, cluster: str, phase: str) -> dict[st
 
 
 class Outage:
-    """Takes ``cluster`` down once the task's pod reaches ``phase``, for ``seconds``, in the background."""
+    """Takes ``cluster`` down for ``seconds`` once the task's pod reaches ``phase``.
+
+    Pending and Running last: a background thread sees them and takes the cluster down. A terminal phase
+    is fleeting (the operator deletes the pod at once), so then the outage begins in the very store
+    update that ends the pod (a listener of the simulated API server's store): no client reads it first.
+    """
 
     def __init__(self, fed: SimFederation, dag_id: str, cluster: str, phase: str, seconds: float) -> None:
         self.fed, self.dag_id, self.cluster, self.phase, self.seconds = fed, dag_id, cluster, phase, seconds
         self.down_at: float | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
+        self.terminal = phase in ("Succeeded", "Failed")
+        self._down: set[asyncio.Future[None]] = set()
 
     def _run(self) -> None:
-        wait_for(lambda: pod_of(self.fed, self.dag_id, self.cluster, self.phase), timeout=120, interval=0.05)
-        self.fed[self.cluster].faults.down()
-        self.down_at = time.monotonic()
+        if not self.terminal:
+            wait_for(
+                lambda: pod_of(self.fed, self.dag_id, self.cluster, self.phase), timeout=120, interval=0.05
+            )
+            self.fed[self.cluster].faults.down()
+            self.down_at = time.monotonic()
+        else:
+            wait_for(lambda: self.down_at is not None, timeout=120, interval=0.05)
         time.sleep(self.seconds)
         self.fed[self.cluster].faults.up()
 
+    def _on_event(self, event: Any) -> None:  # in the simulator's thread
+        pod = event.obj
+        if (
+            self.down_at is not None
+            or event.plural != "pods"
+            or (pod["metadata"].get("labels") or {}).get("dag_id") != self.dag_id
+            or (pod.get("status") or {}).get("phase") != self.phase
+        ):
+            return
+        faults = self.fed[self.cluster].cluster.faults
+        faults.is_down = True  # every request from now on fails; then the port stops listening
+        self._down.add(asyncio.ensure_future(faults.down()))
+        self.down_at = time.monotonic()
+
     def __enter__(self) -> Outage:
+        if self.terminal:
+            handle = self.fed[self.cluster]
+            handle.call(handle.store.listeners.append, self._on_event)
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        handle = self.fed[self.cluster]
+        if self.terminal:
+            handle.call(handle.store.listeners.remove, self._on_event)
         self.thread.join(timeout=180)
-        self.fed[self.cluster].faults.up()
+        handle.faults.up()
+        if exc[0] is None:
+            assert self.down_at is not None, f"{self.cluster} never went down: no pod reached {self.phase}"
 
 
 @pytest.fixture
