@@ -56,6 +56,20 @@ def defer(run_id: str) -> Any:
     return ti
 
 
+def deferred_run(fed: SimFederation, prefix: str) -> tuple[str, str, str, str]:
+    """A new run of the DAG whose task deferred with no triggerer: (run id, cluster, namespace, pod)."""
+    airflow_harness.load_dag(DAG_FILE, DAG_ID)
+    airflow_harness.serialize_dags()
+    now = datetime.now(UTC)
+    run_id = f"manual__{prefix}-{now.timestamp():.0f}"
+    airflow_harness.create_dag_run(DAG_ID, run_id, now)
+    defer(run_id)
+    found = the_pod(fed, run_id)
+    assert found is not None
+    cluster, pod = found
+    return run_id, cluster, pod["metadata"]["namespace"], pod["metadata"]["name"]
+
+
 def ti_row(run_id: str) -> tuple[str, int | None]:
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
@@ -119,19 +133,9 @@ def assert_no_credentials_in_the_database(fed: SimFederation) -> None:
 def test_a_try_marked_failed_while_no_triggerer_runs_leaves_no_pod(
     sim_federation: SimFederation, federation: Path
 ) -> None:
-    airflow_harness.load_dag(DAG_FILE, DAG_ID)
-    airflow_harness.serialize_dags()
-    now = datetime.now(UTC)
-    run_id = f"manual__ended-{now.timestamp():.0f}"
-    airflow_harness.create_dag_run(DAG_ID, run_id, now)
-
-    defer(run_id)
+    run_id, cluster, namespace, name = deferred_run(sim_federation, "ended")
     state, trigger_id = ti_row(run_id)
     assert state == "deferred" and trigger_id is not None
-    found = the_pod(sim_federation, run_id)
-    assert found is not None
-    cluster, pod = found
-    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     # The trigger's kwargs are stored now: the connection id, never the kubeconfig's token.
     assert_no_credentials_in_the_database(sim_federation)
 
@@ -207,16 +211,7 @@ def test_a_try_whose_trigger_never_ran_is_swept_by_the_next_snapshot(
     from airflow_provider_fedsched.hooks import sensing
     from airflow_provider_fedsched.hooks.federation import FederationHook
 
-    airflow_harness.load_dag(DAG_FILE, DAG_ID)
-    airflow_harness.serialize_dags()
-    now = datetime.now(UTC)
-    run_id = f"manual__swept-{now.timestamp():.0f}"
-    airflow_harness.create_dag_run(DAG_ID, run_id, now)
-    defer(run_id)
-    found = the_pod(sim_federation, run_id)
-    assert found is not None
-    cluster, pod = found
-    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    run_id, cluster, namespace, name = deferred_run(sim_federation, "swept")
     hook = FederationHook()
     assert [e["pod"] for e in hook.state.deferred.of(cluster)] == [name]
 
