@@ -31,6 +31,9 @@ def configure_environment() -> Path:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # The tests' DAG files import the provider; a worker process on a busy 2-core CI machine can
+            # take longer than Airflow's default 30 s to parse them.
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
             # One key for the session: worker subprocesses must decrypt what the test process wrote.
             "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
         }

@@ -91,6 +91,7 @@ class Contract(KubernetesPodOperator):
         _settled: bool
         _inline_result: Any
         _earlier: PlacementRecord | None
+        _context: Any
 
         @property
         def pod_manager(self) -> FederatedPodManager: ...
@@ -105,10 +106,13 @@ class Contract(KubernetesPodOperator):
 
     # Where a try resumes -------------------------------------------------------------------------------
     def _continue(self, context: Any) -> Any:
-        """Reattach to this try's running attempt, or adopt an earlier try's pod; then place."""
+        """Reattach to this try's running attempt, or adopt an earlier try's pod (or its recorded
+        success); then place."""
         attempt = self._record.current
         if attempt is None or attempt.outcome != "running":
             attempt = self._adopt_earlier(context)
+            if attempt is None and self._earlier_succeeded(context):
+                return None
         if attempt is not None:
             self.log.info(
                 "Reattaching to pod %s/%s in cluster %s", attempt.namespace, attempt.pod, attempt.cluster
@@ -118,6 +122,26 @@ class Contract(KubernetesPodOperator):
             except ClusterLeft:
                 pass  # evicted or gone while no worker watched: place again
         return self._place_and_run(context)
+
+    def _earlier_succeeded(self, context: Any) -> bool:
+        """The earlier try's record says its pod Succeeded (that try was ended before Airflow heard of it):
+        the work is not run again. Not for a task whose result is an XCom read from the pod."""
+        earlier = self._earlier
+        last = earlier.current if earlier is not None else None
+        if last is None or last.outcome != "succeeded" or self.do_xcom_push or self._record.attempts:
+            return False
+        assert earlier is not None
+        reason = (
+            f"try {earlier.try_number}'s pod {last.pod} Succeeded in {last.cluster} before that try was "
+            "ended: its work is not run again"
+        )
+        adopted = last.model_copy(update={"number": 1, "adopted": True, "decision": reason})
+        self._record.attempts.append(adopted)
+        self._record.cluster = adopted.cluster
+        records.end_try(self._record, "succeeded", reason)
+        self._save(context)
+        self.log.info("Placement: %s", self._record.summary())
+        return True
 
     def _adopt_earlier(self, context: Any) -> Attempt | None:
         """An earlier try's pod of this task instance, running or finished, in any member cluster.
@@ -334,6 +358,12 @@ class Contract(KubernetesPodOperator):
     def process_pod_deletion(self, pod: k8s.V1Pod, *, reraise: bool = True) -> bool:
         """KubernetesPodOperator's deletion of a finished pod; a pod whose cluster never accepted the delete
         is written down as an orphan, deleted by the next snapshot that finds the cluster answering."""
+        attempt = self.placement.current if self.placement else None
+        phase = pod.status.phase if pod is not None and pod.status is not None else None
+        if attempt is not None and attempt.outcome == "running" and phase == "Succeeded":
+            # Written down before the pod goes: a try ended between the two (Airflow killing a starved
+            # task) leaves either the pod or the record of its success for the retry, never neither.
+            self._finish(self._context, attempt, "succeeded", "")
         try:
             deleted: bool = KubernetesPodOperator.process_pod_deletion(self, pod, reraise=True)
             return deleted

@@ -143,7 +143,8 @@ class Deferral(Contract):
                 return self._inline_result
             self._settled = True
             raise outcome from exc
-        self._finish(context, attempt, "succeeded", "")
+        if attempt.outcome == "running":  # else written down before its pod was deleted
+            self._finish(context, attempt, "succeeded", "")
         self._settled = True
         return result
 

@@ -138,6 +138,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         self.placement: PlacementRecord | None = None
         self._records = records.RecordKeeper()
         self._watch = Watch(grace=0.0)
+        self._context: Any = None
         self._created: bool | None = None
         self._settled = False
         self._inline_result: Any = None
@@ -202,6 +203,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
     def _begin(self, context: Any) -> None:
         """What every entry point does first: name, pod template and request, the try's record."""
         attempts.die_with_supervisor()
+        self._context = context  # for the steps KubernetesPodOperator calls without it (pod deletion)
         self.name = self._set_name(self.name)
         self.pod_template, self.task_request = self.prepare(context)
         stored = records.stored_record(context)
@@ -344,7 +346,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             if outcome is None:
                 return None  # the pod Succeeded before its cluster went silent: the try succeeds
             raise outcome from exc
-        self._finish(context, attempt, "succeeded", "")
+        if attempt.outcome == "running":  # else written down before its pod was deleted
+            self._finish(context, attempt, "succeeded", "")
         return result
 
     def _grace(self) -> float:

@@ -375,6 +375,58 @@ def test_killed_worker_then_restarted_try_reattaches_to_the_same_pod(
     assert pods_of(sim_federation, "fed_reattach") == []
 
 
+@pytest.mark.parametrize("pod_left", [True, False], ids=["pod-left", "pod-gone"])
+def test_a_try_killed_after_its_pod_succeeded_is_never_run_again(
+    sim_federation: SimFederation, federation: Path, pod_left: bool
+) -> None:
+    """Airflow kills a try (a starved worker's heartbeat) after its pod Succeeded, while the operator
+    deletes the pod. The success is written down before the delete, so the next try finds either the
+    pod (adopted, its logs read) or the record of its success (not run again): one pod, ever."""
+    dag_id = "fed_killed_after_success"
+    airflow_harness.load_dag(DAG_FILE, dag_id)
+    airflow_harness.serialize_dags()
+    now = datetime.now(UTC)
+    run_id = f"manual__killed-{pod_left}-{now.timestamp():.0f}"
+    airflow_harness.create_dag_run(dag_id, run_id, now)
+    command = [str(Path(sys.executable).with_name("airflow")), "tasks", "test", dag_id, "work", run_id]
+    east = sim_federation["east-cpu"]
+    creates_before = pod_creates(sim_federation)
+    deletes = "/api/v1/namespaces/default/pods/"
+    deletes_before = east.request_count("DELETE", deletes + "*")
+    east.faults.fail(status=503, times=100000, route=deletes, method="DELETE")  # the delete hangs on
+    log_path = federation.parent / "killed-worker.log"
+    worker = subprocess.Popen(command, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(
+            lambda: east.request_count("DELETE", deletes + "*") > deletes_before,
+            timeout=240,
+            message=str(log_path),
+        )
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        east.faults.clear()
+    (pod,) = [p for p in east.pods() if (p["metadata"].get("labels") or {}).get("dag_id") == dag_id]
+    assert pod["status"]["phase"] == "Succeeded"
+    if not pod_left:  # the kill came just after the delete landed
+        east.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"], grace=0)
+    bump_try_number(dag_id, run_id)
+
+    retried = subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    assert retried.returncode == 0, retried.stdout[-3000:]
+    assert pod_creates(sim_federation) - creates_before == 1
+    record = placement_of_run(dag_id, run_id)
+    assert record["outcome"] == "succeeded", record
+    (attempt,) = record["attempts"]
+    assert attempt["pod"] == pod["metadata"]["name"] and attempt["adopted"] is True
+    if pod_left:
+        assert "Adopting pod" in retried.stdout
+    else:
+        assert "its work is not run again" in record["reason"]
+    assert pods_of(sim_federation, dag_id) == []
+
+
 def try_number_of(dag_id: str, run_id: str) -> int:
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session

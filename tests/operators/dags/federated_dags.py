@@ -69,6 +69,10 @@ federated_dag("fed_task_failure", annotations=sim(exit_code=3, logs=["boom"]))
 federated_dag("fed_wait_timeout", datasets=["eu-customers"], wait_timeout=3)
 federated_dag("fed_wait_timeout_deferrable", datasets=["eu-customers"], wait_timeout=3, deferrable=True)
 federated_dag("fed_reattach", annotations=sim(duration=60))
+# A try killed after its pod Succeeded, while the pod's delete is refused (test_federated_operator.py).
+federated_dag(
+    "fed_killed_after_success", clusters=["east-cpu"], unreachable_grace=120, annotations=sim(duration=20)
+)
 federated_dag(
     "fed_deferrable_xcom",
     deferrable=True,
