@@ -87,16 +87,20 @@ class Deferral(Contract):
     def _reenter(self, context: Any, attempt: Attempt, event: dict[str, Any]) -> Any:
         """Judge the attempt the trigger fired about, from a fresh read of its pod."""
         status, message = str(event.get("status")), str(event.get("message") or event.get("status"))
-        self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
+        deferred = self.federation_hook.state.deferred
+        noted = deferred.get(attempt.cluster, attempt.namespace, attempt.pod) or {}
+        deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
         self.pod_request_obj = self._attempt_pod(attempt)
         self._watch.reset(self._grace() if status != "lost" else 0.0, self._result_grace())
+        # A trigger that saw the pod end (this one, or one a restarted triggerer lost): its result is
+        # known, whatever happens to its cluster now.
+        self._watch.seen(str(noted.get("ended") or ""))
         if status == "done":
-            # The trigger saw the pod end: its result is known, whatever happens to its cluster now.
             self._watch.seen(str(event.get("phase") or ""))
         if status == "error":
             raise self._trigger_failed(context, attempt, message)
         try:
-            if status == "lost":
+            if status == "lost" and self._watch.ended_phase is None:
                 raise ClusterLost(ClusterFailure("unreachable", message))
             seen = self.pod_manager.read_pod(self.pod_request_obj)  # fresh: the event may be stale
             if not self._pod_ended(seen):

@@ -331,6 +331,17 @@ class DeferredStore(_Store):
         entries = [read_stored(key, raw or None, _deferred) for key, raw in found.items()]
         return [entry for entry in entries if entry is not None]
 
+    def get(self, cluster: str, namespace: str, pod: str) -> dict[str, Any] | None:
+        key = self._key("deferred", cluster, f"{namespace}.{pod}")
+        return read_stored(key, self.backend.get(key) or None, _deferred)
+
+    def ended(self, cluster: str, namespace: str, pod: str, phase: str) -> None:
+        """The pod trigger saw the pod end: known to the operator even if that trigger never fires (a
+        triggerer restarted) and the cluster has stopped answering since."""
+        entry = self.get(cluster, namespace, pod)
+        if entry is not None:
+            self.backend.set(self._key("deferred", cluster, f"{namespace}.{pod}"), {**entry, "ended": phase})
+
     def forget(self, cluster: str, namespace: str, pod: str) -> None:
         self.backend.delete(self._key("deferred", cluster, f"{namespace}.{pod}"))
 

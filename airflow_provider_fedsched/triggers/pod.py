@@ -262,6 +262,8 @@ class FederatedPodTrigger(BaseTrigger):
             if found is not None:
                 return self._event("evicted", found.reason)
             if phase in ("Succeeded", "Failed") or _base_terminated(pod, self.base_container_name):
+                if phase in ("Succeeded", "Failed"):
+                    await self._note_ended(str(phase))
                 return self._event("done", f"pod {phase or 'ended'}", phase=phase)
             message = unschedulable_message(pod)
             if message is not None:
@@ -278,6 +280,18 @@ class FederatedPodTrigger(BaseTrigger):
                 message = f"node {node} of {self.cluster} is NotReady: no word of the pod for {silent:.0f}s"
                 return self._event("lost", message)
             await asyncio.sleep(self.poll_interval)
+
+    async def _note_ended(self, phase: str) -> None:
+        """Write down that the pod ended, for the operator, before the event is held back or lost."""
+        from asgiref.sync import sync_to_async
+
+        def note() -> None:
+            self._hook().state.deferred.ended(self.cluster, self.pod_namespace, self.pod_name, phase)
+
+        try:
+            await sync_to_async(note)()
+        except Exception:
+            self.log.warning("Could not note that pod %s ended", self.pod_name, exc_info=True)
 
     async def _node_unready(self, api: Any, pod: dict[str, Any]) -> bool:
         status = pod.get("status") or {}

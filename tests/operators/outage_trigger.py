@@ -21,3 +21,16 @@ class OutageAfterDoneTrigger(FederatedPodTrigger):
             if event.payload.get("status") == "done" and AFTER_DONE is not None:
                 AFTER_DONE(self.cluster)
             yield event
+
+
+class RestartedAfterDoneTrigger(FederatedPodTrigger):
+    """Its first watch sees the pod end (and notes it), then the cluster goes silent and the event is
+    lost, as when a triggerer is restarted before it fired; the second watch, a restarted triggerer's,
+    finds only a silent cluster and fires what it sees."""
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        first = await self._watch()
+        assert first.payload["status"] == "done", first.payload
+        if AFTER_DONE is not None:
+            AFTER_DONE(self.cluster)
+        yield await self._watch()

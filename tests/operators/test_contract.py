@@ -373,3 +373,20 @@ def test_a_preemptible_pod_seen_succeeded_succeeds_unread_past_the_grace_and_is_
     sweep_orphans()
     assert FederationHook().orphans("east-cpu") == []
     assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_pod_seen_ended_by_a_trigger_that_never_fired_is_not_run_again(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """Soak finding (CeleryExecutor): the trigger saw the pod Succeeded, the triggerer was restarted
+    before the event fired, and the restarted trigger found the cluster silent: ``lost``. The first
+    trigger's note says the pod ended, so the preemptible task waits for its result instead of moving."""
+    dag_id = "fed_done_then_restarted"
+    with silent_after_done(sim_federation, seconds=3) as outages:
+        state, record, _ = run(dag_id)
+    assert len(outages) == 1
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
+    assert "work done" in capfd.readouterr().out
+    assert pods_of(sim_federation, dag_id) == []

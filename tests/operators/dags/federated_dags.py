@@ -187,3 +187,22 @@ for name, grace in (("short", 60), ("long", 2)):
             container_resources=requests(),
             annotations=sim(duration=5, logs=["work done"]),
         )
+
+
+class _RestartedAfterDoneOperator(FederatedKubernetesOperator):
+    trigger_class = "tests.operators.outage_trigger.RestartedAfterDoneTrigger"
+
+
+with DAG("fed_done_then_restarted", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    _RestartedAfterDoneOperator(
+        task_id="work",
+        image="busybox:1.36",
+        clusters=["east-cpu", "west-general"],
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        unreachable_grace=60,
+        deferrable=True,
+        poll_interval=0.5,
+        container_resources=requests(),
+        annotations=sim(duration=5, logs=["work done"]),
+    )
