@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.kube.access import ClusterAccess, ClusterAccessError
 from airflow_provider_fedsched.kube.snapshots import collect_snapshots, delete_pods, self_inflicted
+from airflow_provider_fedsched.state.stores import ORPHAN_KINDS
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.parts import HookParts
@@ -55,9 +56,12 @@ async def acollect(hook: HookParts, clusters: Iterable[str] | None) -> dict[str,
         found = results.get(access.cluster)
         if found is not None and found.reachable:
             sweep_ended_tries(hook, access.cluster)
-        orphans = hook.state.orphans.of(access.cluster) if found is not None and found.reachable else []
-        for namespace, pod in await delete_pods(access, orphans, hook.snapshot_timeout) if orphans else []:
-            hook.state.orphans.forget(access.cluster, namespace, pod)
+        for kind in ORPHAN_KINDS if found is not None and found.reachable else ():
+            orphans = hook.state.orphans.of(access.cluster, kind)
+            for namespace, name in (
+                await delete_pods(access, orphans, hook.snapshot_timeout, kind) if orphans else []
+            ):
+                hook.state.orphans.forget(access.cluster, namespace, name, kind)
     shared = [snapshot for snapshot in results.values() if not self_inflicted(snapshot)]
     hook.state.snapshots.put(shared)
     for snapshot in shared:
