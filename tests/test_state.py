@@ -84,6 +84,16 @@ def test_orphan_jobs_are_kept_apart_from_pods_and_old_pod_entries_stay_readable(
         shared.orphans.add("east", "default", "x", kind="cronjob")
 
 
+def test_deferred_jobs_are_kept_apart_from_deferred_pods() -> None:
+    shared = state()
+    ti = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
+    shared.deferred.add("east", "default", "train", ti)
+    shared.deferred.add("east", "default", "train", ti, kind="job")
+    assert sorted(e["kind"] for e in shared.deferred.of("east")) == ["job", "pod"]
+    shared.deferred.forget("east", "default", "train", "job")
+    assert [(e["kind"], e["pod"]) for e in shared.deferred.of("east")] == [("pod", "train")]
+
+
 def test_orphans_and_history() -> None:
     shared = state()
     shared.orphans.add("east", "default", "pod-a")

@@ -76,10 +76,12 @@ before the sweep asks whether the try is over."""
 
 
 def sweep_ended_tries(hook: HookParts, cluster: str) -> None:
-    """Pods of deferred tries that ended while no trigger watched them become orphans (deleted next).
+    """Pods (and Jobs) of deferred tries that ended while no trigger watched them become orphans (deleted
+    next).
 
     The pod trigger deletes the pod of a try that ends while it waits; this catches what no trigger ran
-    for: a trigger row cleaned up before a restarted triggerer picked it up. A try whose state nobody in
+    for: a trigger row cleaned up before a restarted triggerer picked it up, and every deferred Job try (its
+    timer trigger deletes nothing) a user ended. A try whose state nobody in
     this process can tell is left for a later sweep."""
     from airflow_provider_fedsched.hooks.tries import state_if_over
 
@@ -101,8 +103,8 @@ def sweep_ended_tries(hook: HookParts, cluster: str) -> None:
             cluster,
             state,
         )
-        hook.state.orphans.add(cluster, entry["namespace"], entry["pod"])
-        hook.state.deferred.forget(cluster, entry["namespace"], entry["pod"])
+        hook.state.orphans.add(cluster, entry["namespace"], entry["pod"], entry["kind"])
+        hook.state.deferred.forget(cluster, entry["namespace"], entry["pod"], entry["kind"])
 
 
 def snapshots(

@@ -104,6 +104,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         attempt = self._record.current
         if attempt is None or attempt.outcome != "running":
             raise FederationError("resumed from a deferral without a running attempt in the placement record")
+        self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod, "job")
         return self._place_after(context, attempt)
 
     def _place_after(self, context: Any, attempt: Attempt) -> Any:
@@ -132,16 +133,31 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                 if self._step(context, attempt):
                     return self._succeeded(context, attempt)
                 if self.deferrable:
-                    from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
-
-                    self._save(context)
-                    self.defer(
-                        trigger=TimeDeltaTrigger(timedelta(seconds=float(self.job_poll_interval))),
-                        method_name="resume_job",
-                    )
+                    self._defer_poll(context, attempt)
                 time.sleep(float(self.job_poll_interval))
         except Judged as judged:
             raise self._gang_left(context, attempt, judged.failure) from judged
+
+    def _defer_poll(self, context: Any, attempt: Attempt) -> None:
+        """Release the worker slot until the next poll (never sooner than ``[fedsched]
+        min_deferral_seconds``: a shorter deferral races the scheduler). The Job is written down with its
+        task instance, so that a try a user ends meanwhile (its timer trigger deletes nothing) has its Job
+        deleted by the next snapshot of its cluster (``hooks/sensing.py``)."""
+        from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+
+        from airflow_provider_fedsched.triggers.pod import min_deferral_seconds
+
+        ti = context["ti"]
+        self.federation_hook.state.deferred.add(
+            attempt.cluster,
+            attempt.namespace,
+            attempt.pod,
+            {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index},
+            kind="job",
+        )
+        self._save(context)
+        pause = max(float(self.job_poll_interval), min_deferral_seconds())
+        self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=pause)), method_name="resume_job")
 
     def _attempt_job(self, attempt: Attempt) -> k8s.V1Job:
         """The attempt's Job: the task's pod template (labelled, told where it runs and whether it

@@ -338,26 +338,34 @@ class OrphanStore(_Store):
 
 
 class DeferredStore(_Store):
-    """Pods of deferred tries, with their task instance: a pod whose try ended while no trigger watched it
-    (a triggerer down when a user failed the task, a trigger row cleaned up before it ran) is found here
-    by the sweep (``hooks/sensing.py``) and deleted: no pod outlives its try."""
+    """Pods (and Jobs, ``kind="job"``) of deferred tries, with their task instance: one whose try ended
+    while no trigger watched it (a triggerer down when a user failed the task, a trigger row cleaned up
+    before it ran) is found here by the sweep (``hooks/sensing.py``) and deleted: no pod outlives its try."""
 
-    def add(self, cluster: str, namespace: str, pod: str, task_instance: Mapping[str, Any]) -> None:
+    def _deferred_key(self, cluster: str, namespace: str, name: str, kind: str) -> str:
+        return self._key("deferred", cluster, ("" if kind == "pod" else f"{kind}:") + f"{namespace}.{name}")
+
+    def add(
+        self, cluster: str, namespace: str, pod: str, task_instance: Mapping[str, Any], kind: str = "pod"
+    ) -> None:
         entry = {**task_instance, "namespace": namespace, "pod": pod, "since": time.time()}
-        self.backend.set(self._key("deferred", cluster, f"{namespace}.{pod}"), entry)
+        if kind != "pod":
+            entry["kind"] = kind
+        self.backend.set(self._deferred_key(cluster, namespace, pod, kind), entry)
 
     def of(self, cluster: str) -> list[dict[str, Any]]:
+        """Every entry of ``cluster``, each with its ``kind`` (``"pod"`` when it was written without)."""
         found = self.backend.get_many(self._key("deferred", cluster) + "/")
         entries = [read_stored(key, raw or None, _deferred) for key, raw in found.items()]
         return [entry for entry in entries if entry is not None]
 
-    def forget(self, cluster: str, namespace: str, pod: str) -> None:
-        self.backend.delete(self._key("deferred", cluster, f"{namespace}.{pod}"))
+    def forget(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
+        self.backend.delete(self._deferred_key(cluster, namespace, pod, kind))
 
 
 def _deferred(raw: Any) -> dict[str, Any]:
     document = dict(_mapping(raw))
-    _orphan(document)
+    document["kind"] = _orphan_of_kind(document)[0]
     for key in ("dag_id", "run_id", "task_id"):
         if not isinstance(document.get(key), str) or not document[key]:
             raise ValueError(f"expected a non-empty string {key!r}")

@@ -329,3 +329,41 @@ def test_ending_the_task_deletes_its_job_with_its_pods_and_records_cancelled(
         sweep_orphans()
         assert FederationHook().orphans("north-gpu", kind="job") == []
     assert left_behind(sim_federation, "killed_job") == []
+
+
+def test_a_deferred_job_try_ended_by_a_user_has_its_job_swept_by_the_next_snapshot(
+    sim_federation: SimFederation, federation: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deferrable Job try waits between polls on a timer trigger, which deletes nothing when a user marks
+    the try failed: the deferral is written down with its task instance, and the next snapshot of the
+    Job's cluster finds the try over and deletes the Job with its pods."""
+    from datetime import UTC, datetime
+
+    from airflow.models.trigger import Trigger
+
+    from airflow_provider_fedsched.hooks import sensing
+    from tests.operators import test_ended_while_deferred as ended
+
+    dag_id = "gang_deferred_ended"
+    airflow_harness.load_dag(DAG_FILE, dag_id)
+    airflow_harness.serialize_dags()
+    run_id = f"manual__job-swept-{datetime.now(UTC).timestamp():.0f}"
+    airflow_harness.create_dag_run(dag_id, run_id, datetime.now(UTC))
+    ended.defer(run_id, dag_id, DAG_FILE)
+    hook = FederationHook()
+    (entry,) = [e for handle in sim_federation.handles for e in hook.state.deferred.of(handle)]
+    assert entry["kind"] == "job" and entry["run_id"] == run_id
+    assert left_behind(sim_federation, dag_id) != []
+
+    ended.mark_failed_as_the_rest_api_does(run_id, dag_id)
+    Trigger.clean_unused()
+    assert ended.ti_row(run_id, dag_id) == ("failed", None)
+
+    # A deferral still within its trigger's time is left alone; then the sweep finds the try over.
+    hook.collect()
+    assert left_behind(sim_federation, dag_id) != []
+    monkeypatch.setattr(sensing, "ENDED_TRY_AGE", 0.0)
+    hook.collect()
+    assert left_behind(sim_federation, dag_id) == []
+    for cluster in sim_federation.handles:
+        assert hook.state.deferred.of(cluster) == [] and hook.orphans(cluster, kind="job") == []

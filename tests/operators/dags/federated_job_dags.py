@@ -67,3 +67,5 @@ for _name, _duration in (("gang_retry_adopts_running", 300), ("gang_retry_adopts
         retry_delay=timedelta(seconds=15),
         logs=["gang work done"],
     )
+# Deferred between polls, then ended by a user (its timer trigger deletes nothing): the sweep deletes it.
+gang_dag("gang_deferred_ended", duration=36000, deferrable=True)
