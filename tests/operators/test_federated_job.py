@@ -143,6 +143,7 @@ def test_bad_parallelism_fails_at_the_start_naming_the_argument(
 
 # The delivery contract of pod tasks, for Jobs ---------------------------------------------------------------
 JOB_CREATES = "/apis/batch/v1/namespaces/default/jobs"
+MODES = ["sync", "deferrable"]
 
 
 @pytest.fixture
@@ -161,23 +162,26 @@ def sweep_orphans() -> None:
     FederationHook().collect()
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_an_outage_shorter_than_the_grace_reattaches_to_the_one_job(
-    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int]
+    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
 ) -> None:
-    with Outage(sim_federation, "gang_outage_short", "east-cpu", "Running", seconds=2) as outage:
-        state, record = run("gang_outage_short")
+    dag_id = f"gang_outage_short_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=2) as outage:
+        state, record = run(dag_id)
 
     assert outage.down_at is not None  # the cluster was silent while the gang ran
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "succeeded")]
     assert job_creates() == 1  # reattached, never a second Job
-    assert left_behind(sim_federation, "gang_outage_short") == []
+    assert left_behind(sim_federation, dag_id) == []
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_an_outage_longer_than_the_grace_fails_the_try_lost_and_the_job_is_swept(
-    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int]
+    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
 ) -> None:
-    dag_id = "gang_outage_lost"
+    dag_id = f"gang_outage_lost_{mode}"
     with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=12):
         state, record = run(dag_id)
         assert state == "failed" and record is not None
@@ -194,13 +198,11 @@ def test_an_outage_longer_than_the_grace_fails_the_try_lost_and_the_job_is_swept
     assert left_behind(sim_federation, dag_id) == []
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_a_preemptible_gang_moves_at_once_and_its_old_job_is_fenced(
-    sim_federation: SimFederation,
-    federation: Path,
-    job_creates: Callable[[], int],
-    capfd: pytest.CaptureFixture[str],
+    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
 ) -> None:
-    dag_id = "gang_outage_preemptible"
+    dag_id = f"gang_outage_preemptible_{mode}"
     with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=20):
         state, record = run(dag_id)
         assert state == "success" and record is not None

@@ -54,9 +54,16 @@ gang_dag(
 gang_dag("gang_bad_parallelism", parallelism=0)
 
 # Its cluster stops answering while the gang runs (tests/operators/test_federated_job.py, Outage).
-gang_dag("gang_outage_short", duration=40, unreachable_grace=60)
-gang_dag("gang_outage_lost", duration=600, unreachable_grace=3)
-gang_dag("gang_outage_preemptible", duration=40, preemptible=True, checkpoint="s3://bucket/ckpt")
+for _mode, _deferrable in (("sync", False), ("deferrable", True)):
+    gang_dag(f"gang_outage_short_{_mode}", duration=40, unreachable_grace=60, deferrable=_deferrable)
+    gang_dag(f"gang_outage_lost_{_mode}", duration=600, unreachable_grace=3, deferrable=_deferrable)
+    gang_dag(
+        f"gang_outage_preemptible_{_mode}",
+        duration=40,
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        deferrable=_deferrable,
+    )
 # Try 1 is lost to the outage; try 2 starts once the cluster answers again and adopts try 1's Job.
 for _name, _duration in (("gang_retry_adopts_running", 300), ("gang_retry_adopts_complete", 60)):
     gang_dag(
