@@ -67,6 +67,33 @@ def test_lease_is_exclusive_until_it_expires_or_ends() -> None:
     assert leases.claim(["east"], "w1", NOW, ttl) == ["east"]
 
 
+def test_orphan_jobs_are_kept_apart_from_pods_and_old_pod_entries_stay_readable() -> None:
+    shared = state()
+    # What an earlier release wrote for a pod (no "kind"): still a pod.
+    shared.backend.set("fedsched/test/orphan/east/default.pod-a", {"namespace": "default", "pod": "pod-a"})
+    shared.orphans.add("east", "default", "train", kind="job")
+    shared.orphans.add("east", "default", "train")  # a pod of the same name is another orphan
+    assert sorted(shared.orphans.of("east")) == [("default", "pod-a"), ("default", "train")]
+    assert shared.orphans.of("east", "job") == [("default", "train")]
+    shared.orphans.forget("east", "default", "train", kind="job")
+    assert shared.orphans.of("east", "job") == []
+    assert sorted(shared.orphans.of("east")) == [("default", "pod-a"), ("default", "train")]
+    shared.backend.set("fedsched/test/orphan/east/x", {"namespace": "n", "pod": "p", "kind": "cronjob"})
+    assert shared.orphans.of("east", "job") == []  # an unknown kind is unreadable, logged, never deleted
+    with pytest.raises(ValueError, match="kind"):
+        shared.orphans.add("east", "default", "x", kind="cronjob")
+
+
+def test_deferred_jobs_are_kept_apart_from_deferred_pods() -> None:
+    shared = state()
+    ti = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
+    shared.deferred.add("east", "default", "train", ti)
+    shared.deferred.add("east", "default", "train", ti, kind="job")
+    assert sorted(e["kind"] for e in shared.deferred.of("east")) == ["job", "pod"]
+    shared.deferred.forget("east", "default", "train", "job")
+    assert [(e["kind"], e["pod"]) for e in shared.deferred.of("east")] == [("pod", "train")]
+
+
 def test_orphans_and_history() -> None:
     shared = state()
     shared.orphans.add("east", "default", "pod-a")

@@ -345,12 +345,17 @@ class FederationHook(BaseHook):
     def history(self, cluster: str, kind: str) -> list[dict[str, Any]]:
         return self.state.history.samples(cluster, kind)
 
-    def add_orphan(self, cluster: str, namespace: str, pod: str) -> None:
-        """A pod not confirmed gone: the next snapshot of ``cluster`` that answers deletes it."""
-        self.state.orphans.add(cluster, namespace, pod)
+    def add_orphan(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
+        """A pod (or a Job, ``kind="job"``) not confirmed gone: the next snapshot of ``cluster`` that
+        answers deletes it (a Job with its pods)."""
+        self.state.orphans.add(cluster, namespace, pod, kind)
 
-    def orphans(self, cluster: str) -> list[tuple[str, str]]:
-        return self.state.orphans.of(cluster)
+    def orphans(self, cluster: str, kind: str = "pod") -> list[tuple[str, str]]:
+        return self.state.orphans.of(cluster, kind)
+
+    def forget_orphan(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
+        """Taken off the list: a later try watches it again (it adopted it)."""
+        self.state.orphans.forget(cluster, namespace, pod, kind)
 
     # Tenants (see hooks/tenancy.py) -------------------------------------------------------------------
     def tenants(self, now: datetime | None = None) -> list[dict[str, Any]]:

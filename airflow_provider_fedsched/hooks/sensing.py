@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.kube.access import ClusterAccess, ClusterAccessError
 from airflow_provider_fedsched.kube.snapshots import collect_snapshots, delete_pods, self_inflicted
+from airflow_provider_fedsched.state.stores import ORPHAN_KINDS
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.parts import HookParts
@@ -55,9 +56,12 @@ async def acollect(hook: HookParts, clusters: Iterable[str] | None) -> dict[str,
         found = results.get(access.cluster)
         if found is not None and found.reachable:
             sweep_ended_tries(hook, access.cluster)
-        orphans = hook.state.orphans.of(access.cluster) if found is not None and found.reachable else []
-        for namespace, pod in await delete_pods(access, orphans, hook.snapshot_timeout) if orphans else []:
-            hook.state.orphans.forget(access.cluster, namespace, pod)
+        for kind in ORPHAN_KINDS if found is not None and found.reachable else ():
+            orphans = hook.state.orphans.of(access.cluster, kind)
+            for namespace, name in (
+                await delete_pods(access, orphans, hook.snapshot_timeout, kind) if orphans else []
+            ):
+                hook.state.orphans.forget(access.cluster, namespace, name, kind)
     shared = [snapshot for snapshot in results.values() if not self_inflicted(snapshot)]
     hook.state.snapshots.put(shared)
     for snapshot in shared:
@@ -72,10 +76,12 @@ before the sweep asks whether the try is over."""
 
 
 def sweep_ended_tries(hook: HookParts, cluster: str) -> None:
-    """Pods of deferred tries that ended while no trigger watched them become orphans (deleted next).
+    """Pods (and Jobs) of deferred tries that ended while no trigger watched them become orphans (deleted
+    next).
 
     The pod trigger deletes the pod of a try that ends while it waits; this catches what no trigger ran
-    for: a trigger row cleaned up before a restarted triggerer picked it up. A try whose state nobody in
+    for: a trigger row cleaned up before a restarted triggerer picked it up, and every deferred Job try (its
+    timer trigger deletes nothing) a user ended. A try whose state nobody in
     this process can tell is left for a later sweep."""
     from airflow_provider_fedsched.hooks.tries import state_if_over
 
@@ -97,8 +103,8 @@ def sweep_ended_tries(hook: HookParts, cluster: str) -> None:
             cluster,
             state,
         )
-        hook.state.orphans.add(cluster, entry["namespace"], entry["pod"])
-        hook.state.deferred.forget(cluster, entry["namespace"], entry["pod"])
+        hook.state.orphans.add(cluster, entry["namespace"], entry["pod"], entry["kind"])
+        hook.state.deferred.forget(cluster, entry["namespace"], entry["pod"], entry["kind"])
 
 
 def snapshots(

@@ -4,6 +4,7 @@ are gone (a gang leaves a cluster whole; nothing of it is left behind)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +19,13 @@ from airflow_provider_fedsched.kube.failures import (
 )
 from airflow_provider_fedsched.kube.pods import CONFIRM_INTERVAL, as_dict, is_gone
 
-__all__ = ["JOB_NAME_LABEL", "GangView", "JobManager"]
+__all__ = ["JOB_NAME_LABEL", "GangView", "JobManager", "aremove_jobs"]
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 """Set by the Job controller on every pod it creates (upstream and the simulator alike)."""
+DELETE_WITH_PODS = {"propagationPolicy": "Foreground", "gracePeriodSeconds": 0}
+"""A Job is deleted with its pods (a Job's default deletion orphans them), none given a grace period: a
+member must never start later."""
 
 
 def _condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -113,7 +117,10 @@ class JobManager:
         while True:
             try:
                 if not deleted:
-                    body = k8s.V1DeleteOptions(propagation_policy="Foreground", grace_period_seconds=0)
+                    body = k8s.V1DeleteOptions(
+                        propagation_policy=DELETE_WITH_PODS["propagationPolicy"],
+                        grace_period_seconds=DELETE_WITH_PODS["gracePeriodSeconds"],
+                    )
                     try:
                         self._batch.delete_namespaced_job(name, namespace, body=body)
                     except Exception as exc:
@@ -135,3 +142,55 @@ class JobManager:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(CONFIRM_INTERVAL)
+
+
+# Async (the snapshot refresh deletes orphaned Jobs) ------------------------------------------------------
+async def aremove_job(batch: Any, core: Any, namespace: str, name: str, *, within: float) -> bool:
+    """:meth:`JobManager.remove` for ``kubernetes_asyncio`` BatchV1Api and CoreV1Api clients."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    deleted = False
+    selector = f"{JOB_NAME_LABEL}={name}"
+    while True:
+        try:
+            if not deleted:
+                try:
+                    await batch.delete_namespaced_job(name, namespace, body=dict(DELETE_WITH_PODS))
+                except Exception as exc:
+                    if not is_gone(exc):
+                        raise
+                deleted = True
+            try:
+                await batch.read_namespaced_job(name, namespace)
+                job_left = True
+            except Exception as exc:
+                if not is_gone(exc):
+                    raise
+                job_left = False
+            pods = (await core.list_namespaced_pod(namespace, label_selector=selector)).items
+            for pod in pods:  # pods the propagation has not reached yet go at once
+                try:
+                    await core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+                except Exception as exc:
+                    if not is_gone(exc):
+                        raise
+            if not job_left and not pods:
+                return True
+        except Exception:
+            pass  # no answer, or a refusal: not confirmed gone; ask again until the deadline
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(CONFIRM_INTERVAL)
+
+
+async def aremove_jobs(
+    batch: Any, core: Any, jobs: Iterable[tuple[str, str]], *, within: float
+) -> list[tuple[str, str]]:
+    """Remove ``(namespace, name)`` Jobs with their pods; return those confirmed gone."""
+    gone = []
+    for namespace, name in jobs:
+        if await aremove_job(batch, core, namespace, name, within=within):
+            gone.append((namespace, name))
+    return gone

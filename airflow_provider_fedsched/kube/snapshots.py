@@ -319,15 +319,22 @@ def self_inflicted(snapshot: ClusterSnapshot) -> bool:
 
 
 async def delete_pods(
-    access: ClusterAccess, pods: Iterable[tuple[str, str]], timeout: float
+    access: ClusterAccess, pods: Iterable[tuple[str, str]], timeout: float, kind: str = "pod"
 ) -> list[tuple[str, str]]:
-    """Delete ``(namespace, name)`` pods in one cluster; return those confirmed gone (deleted or 404)."""
+    """Delete ``(namespace, name)`` pods in one cluster (Jobs with their pods, when ``kind`` is
+    ``"job"``); return those confirmed gone (deleted or 404)."""
     from kubernetes_asyncio import client
 
+    from airflow_provider_fedsched.kube.jobs import aremove_jobs
     from airflow_provider_fedsched.kube.pods import aremove_all
 
     try:
-        api = client.CoreV1Api(await api_client(access))
-        return await asyncio.wait_for(aremove_all(api, pods, within=timeout), timeout * 2)
-    except Exception:  # still unreachable: the pods stay on the list for the next snapshot
+        core = client.CoreV1Api(await api_client(access))
+        if kind == "job":
+            batch = client.BatchV1Api(await api_client(access))
+            removing = aremove_jobs(batch, core, pods, within=timeout)
+        else:
+            removing = aremove_all(core, pods, within=timeout)
+        return await asyncio.wait_for(removing, timeout * 2)
+    except Exception:  # still unreachable: they stay on the list for the next snapshot
         return []

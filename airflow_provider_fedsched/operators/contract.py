@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -144,7 +145,36 @@ class Contract(KubernetesPodOperator):
         return True
 
     def _adopt_earlier(self, context: Any) -> Attempt | None:
-        """An earlier try's pod of this task instance, running or finished, in any member cluster.
+        """An earlier try's pod of this task instance, running or finished, in any member cluster."""
+        found = self._find_earlier(context, "pod", lambda digest: self.pod_manager.find(digest))
+        if found is None:
+            return None
+        chosen, others = attempts.pick_adoptable(found)
+        for cluster, pod in others:
+            self.use_cluster(cluster)
+            metadata = pod.metadata
+            self.log.info(
+                "Deleting pod %s/%s of an earlier try (it ended)", metadata.namespace, metadata.name
+            )
+            if not self.pod_manager.remove(metadata.namespace, metadata.name, within=GONE_TIMEOUT):
+                self.federation_hook.add_orphan(cluster, metadata.namespace, metadata.name)
+        if chosen is None:
+            return None
+        record = self._record
+        attempt = attempts.adopted_attempt(record, *chosen)
+        record.attempts.append(attempt)
+        record.cluster, record.outcome = attempt.cluster, "running"
+        self._save(context)
+        self.log.info(
+            "Adopting pod %s/%s in %s: %s", attempt.namespace, attempt.pod, attempt.cluster, attempt.decision
+        )
+        return attempt
+
+    def _find_earlier(
+        self, context: Any, kind: str, find: Callable[[str], list[Any]]
+    ) -> list[tuple[str, Any]] | None:
+        """An earlier try's pods (or Jobs: ``find`` lists them in the current cluster) as ``(cluster,
+        item)``; None when this try can have none.
 
         Only a retry (or a try whose record survived) can have one. The earlier record says where its
         last pod ran: that cluster is waited for within the grace; the others are asked once."""
@@ -165,7 +195,7 @@ class Contract(KubernetesPodOperator):
             while True:
                 try:
                     self.use_cluster(cluster)
-                    found.extend((cluster, pod) for pod in self.pod_manager.find(digest))
+                    found.extend((cluster, item) for item in find(digest))
                     break
                 except Exception as exc:
                     if time.monotonic() < deadline:
@@ -174,30 +204,12 @@ class Contract(KubernetesPodOperator):
                     if where_it_ran and (not self.preemptible or ended_there):
                         raise self._give_up(
                             context,
-                            f"the earlier try's pod may still run in {cluster}, which does not answer: "
+                            f"the earlier try's {kind} may still run in {cluster}, which does not answer: "
                             f"{self.pod_manager.reason(exc)}",
                         ) from exc
-                    self.log.warning("Could not look for earlier pods in %s: %s", cluster, exc)
+                    self.log.warning("Could not look for earlier %ss in %s: %s", kind, cluster, exc)
                     break
-        chosen, others = attempts.pick_adoptable(found)
-        for cluster, pod in others:
-            self.use_cluster(cluster)
-            metadata = pod.metadata
-            self.log.info(
-                "Deleting pod %s/%s of an earlier try (it ended)", metadata.namespace, metadata.name
-            )
-            if not self.pod_manager.remove(metadata.namespace, metadata.name, within=GONE_TIMEOUT):
-                self.federation_hook.add_orphan(cluster, metadata.namespace, metadata.name)
-        if chosen is None:
-            return None
-        attempt = attempts.adopted_attempt(record, *chosen)
-        record.attempts.append(attempt)
-        record.cluster, record.outcome = attempt.cluster, "running"
-        self._save(context)
-        self.log.info(
-            "Adopting pod %s/%s in %s: %s", attempt.namespace, attempt.pod, attempt.cluster, attempt.decision
-        )
-        return attempt
+        return found
 
     # Start-up (sync) -------------------------------------------------------------------------------------
     def await_pod_start(self, pod: k8s.V1Pod) -> None:

@@ -5,9 +5,12 @@ It is FederatedKubernetesOperator's placement loop (decide, reserve, launch, lea
 the try) with a Job as the unit: the decision is a gang decision (every pod of the Job on a real node of one
 cluster at the same time, :mod:`federation.plugins.gang`); if not every pod is scheduled within
 ``unschedulable_grace_seconds``, or any member is evicted, the whole Job is deleted with its pods, confirmed
-gone, and the gang moves to the next cluster as one unit (resuming from ``checkpoint``). A Job that is not
-confirmed gone is never started elsewhere: the try fails instead (a later try adopts or deletes it). The
-Job's own failure (its backoff limit, a member's non-zero exit) fails the try as usual. See docs/jobs.md.
+gone, and the gang moves to the next cluster as one unit (resuming from ``checkpoint``). The delivery
+contract is the pod tasks' (operators/contract.py): a silent cluster is waited for within
+``unreachable_grace``, then the try fails; a preemptible gang moves at once. A Job not confirmed gone is
+written down as an orphan (``kind="job"``), deleted with its pods by the next snapshot that reaches its
+cluster, and only a preemptible gang is then started elsewhere. The Job's own failure (its backoff limit, a
+member's non-zero exit) fails the try as usual. See docs/jobs.md.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from airflow_provider_fedsched.federation.record import Attempt
 from airflow_provider_fedsched.federation.request import GangRole, TaskRequest
 from airflow_provider_fedsched.kube.failures import ClusterFailure, never_sent
 from airflow_provider_fedsched.kube.jobs import GangView, JobManager
-from airflow_provider_fedsched.kube.labels import TASK_LABEL
+from airflow_provider_fedsched.kube.labels import TASK_LABEL, TRY_LABEL
 from airflow_provider_fedsched.kube.pods import unanswered
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError
@@ -101,6 +104,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         attempt = self._record.current
         if attempt is None or attempt.outcome != "running":
             raise FederationError("resumed from a deferral without a running attempt in the placement record")
+        self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod, "job")
         return self._place_after(context, attempt)
 
     def _place_after(self, context: Any, attempt: Attempt) -> Any:
@@ -129,16 +133,31 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                 if self._step(context, attempt):
                     return self._succeeded(context, attempt)
                 if self.deferrable:
-                    from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
-
-                    self._save(context)
-                    self.defer(
-                        trigger=TimeDeltaTrigger(timedelta(seconds=float(self.job_poll_interval))),
-                        method_name="resume_job",
-                    )
+                    self._defer_poll(context, attempt)
                 time.sleep(float(self.job_poll_interval))
         except Judged as judged:
             raise self._gang_left(context, attempt, judged.failure) from judged
+
+    def _defer_poll(self, context: Any, attempt: Attempt) -> None:
+        """Release the worker slot until the next poll (never sooner than ``[fedsched]
+        min_deferral_seconds``: a shorter deferral races the scheduler). The Job is written down with its
+        task instance, so that a try a user ends meanwhile (its timer trigger deletes nothing) has its Job
+        deleted by the next snapshot of its cluster (``hooks/sensing.py``)."""
+        from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+
+        from airflow_provider_fedsched.triggers.pod import min_deferral_seconds
+
+        ti = context["ti"]
+        self.federation_hook.state.deferred.add(
+            attempt.cluster,
+            attempt.namespace,
+            attempt.pod,
+            {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index},
+            kind="job",
+        )
+        self._save(context)
+        pause = max(float(self.job_poll_interval), min_deferral_seconds())
+        self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=pause)), method_name="resume_job")
 
     def _attempt_job(self, attempt: Attempt) -> k8s.V1Job:
         """The attempt's Job: the task's pod template (labelled, told where it runs and whether it
@@ -259,48 +278,60 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         return None
 
     def _end(self, attempt: Attempt) -> None:
-        """After the Job ended: delete it with its pods, as ``on_finish_action`` says."""
+        """After the Job ended: delete it with its pods, as ``on_finish_action`` says; a Job not confirmed
+        deleted (its cluster stopped answering) is written down and deleted when the cluster answers."""
         if self.on_finish_action.value == "keep_pod":
             return
         if not self.job_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT):
-            self.log.warning("Job %s/%s is not confirmed deleted", attempt.namespace, attempt.pod)
+            self._fence(attempt.cluster, attempt.namespace, attempt.pod)
+
+    def _fence(self, cluster: str, namespace: str, name: str) -> None:
+        """A Job not confirmed gone: the next snapshot of ``cluster`` that answers deletes it with its pods
+        (the pods' orphan path: no Job outlives its try)."""
+        self.federation_hook.add_orphan(cluster, namespace, name, kind="job")
+        self.log.warning(
+            "Job %s/%s in %s is not confirmed deleted: it is deleted when the cluster answers again",
+            namespace,
+            name,
+            cluster,
+        )
 
     def _gang_left(self, context: Any, attempt: Attempt, failure: ClusterFailure) -> BaseException:
         """The cluster failed the gang: delete the whole Job, confirm it is gone, leave the cluster.
 
-        Not confirmed gone, the work is never started elsewhere: the try fails (FederationError)."""
+        A cluster that does not answer is not waited for again (the reads already waited the grace): the
+        Job is fenced. A Job not confirmed gone is written down (deleted when its cluster answers); only a
+        preemptible gang then starts elsewhere, any other fails the try (FederationError)."""
         attempt.failed_at = attempt.failed_at or datetime.now(UTC)
         self.log.warning(
             "Attempt %d in %s ended: %s (%s)", attempt.number, attempt.cluster, failure.kind, failure.reason
         )
-        if not self.job_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT):
-            reason = (
-                f"{failure.reason}; job {attempt.pod} is not confirmed gone: the gang is not started "
-                "elsewhere"
+        within = 0.0 if failure.kind == "unreachable" else GONE_TIMEOUT
+        if not self.job_manager.remove(attempt.namespace, attempt.pod, within=within):
+            self._fence(attempt.cluster, attempt.namespace, attempt.pod)
+            if not self.preemptible:
+                reason = (
+                    f"{failure.reason}; job {attempt.pod} is not confirmed gone, so the gang is not started "
+                    f"elsewhere (unreachable_grace {self._grace():g}s); it is deleted when the cluster "
+                    "answers again"
+                )
+                self._finish(context, attempt, "lost", reason)
+                return FederationError(reason)
+        else:
+            self.log.info(
+                "Job %s/%s and its pods are gone from %s", attempt.namespace, attempt.pod, attempt.cluster
             )
-            self._finish(context, attempt, "lost", reason)
-            return FederationError(reason)
-        self.log.info(
-            "Job %s/%s and its pods are gone from %s", attempt.namespace, attempt.pod, attempt.cluster
-        )
         self._leave(context, attempt, failure)
         return ClusterLeft(failure)
 
     # An earlier try's Job; the task ended ------------------------------------------------------------------
     def _adopt_earlier(self, context: Any) -> Attempt | None:
         """An earlier try's Job of this task instance (complete, else still running) is adopted, never run
-        a second time; any other is deleted. Members that do not answer are logged and skipped."""
-        record = self._record
-        if record.try_number <= 1 and self._earlier is None:
+        a second time; any other is deleted (written down if not confirmed gone). The cluster where the
+        earlier try ran is waited for within the grace, as for pods."""
+        found = self._find_earlier(context, "job", lambda digest: self.job_manager.find(digest, TASK_LABEL))
+        if found is None:
             return None
-        digest = attempts.record_digest(record)
-        found: list[tuple[str, dict[str, Any]]] = []
-        for cluster in self.task_request.clusters or [c.name for c in self.federation_hook.spec.clusters]:
-            try:
-                self.use_cluster(cluster)
-                found.extend((cluster, job) for job in self.job_manager.find(digest, TASK_LABEL))
-            except Exception as exc:
-                self.log.warning("Could not look for earlier jobs in %s: %s", cluster, exc)
         usable = [
             (cluster, job)
             for cluster, job in found
@@ -314,27 +345,37 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             self.use_cluster(cluster)
             metadata = job["metadata"]
             self.log.info("Deleting job %s/%s of an earlier try", metadata["namespace"], metadata["name"])
-            self.job_manager.remove(metadata["namespace"], metadata["name"], within=GONE_TIMEOUT)
+            if not self.job_manager.remove(metadata["namespace"], metadata["name"], within=GONE_TIMEOUT):
+                self._fence(cluster, metadata["namespace"], metadata["name"])
         if chosen is None:
             return None
+        record = self._record
         attempt = attempts.adopted_attempt(record, *chosen)
         attempt.running_at = attempt.started_at  # its gang was placed: a missing Job is not a fresh start
+        tried = (chosen[1]["metadata"].get("labels") or {}).get(TRY_LABEL) or "?"
+        done = "had already completed" if GangView(chosen[1]).complete else "was still running"
+        attempt.decision = f"adopted the job of try {tried} (it {done})"
+        # Watched again to its end: an earlier try's fence must not delete the work it adopts.
+        self.federation_hook.forget_orphan(attempt.cluster, attempt.namespace, attempt.pod, kind="job")
         record.attempts.append(attempt)
         record.cluster, record.outcome = attempt.cluster, "running"
         self._save(context)
-        self.log.info("Adopting job %s/%s in %s", attempt.namespace, attempt.pod, attempt.cluster)
+        self.log.info(
+            "Adopting job %s/%s in %s: %s", attempt.namespace, attempt.pod, attempt.cluster, attempt.decision
+        )
         return attempt
 
     def _cancel(self) -> None:
-        """The task was ended (UI, API, timeout): delete the Job with its pods where it runs."""
+        """The task was ended (UI, API, timeout): delete the Job with its pods where it runs; a Job not
+        confirmed deleted is written down and deleted when its cluster answers."""
         attempt = self.placement.current if self.placement else None
         if attempt is None or attempt.outcome != "running":
             return
         self.use_cluster(attempt.cluster)
         gone = self.job_manager.remove(attempt.namespace, attempt.pod, within=10.0)
-        why = "the task was ended while its job ran: " + (
-            "job deleted" if gone else "job not confirmed deleted"
-        )
+        if not gone:
+            self._fence(attempt.cluster, attempt.namespace, attempt.pod)
+        why = "the task was ended while its job ran: " + ("job deleted" if gone else "job deleted later")
         records.end_attempt(self.federation_hook, self._record, attempt, "cancelled", why)
         records.end_try(self._record, "failed", why)
         self.log.info("%s (%s/%s in %s)", why, attempt.namespace, attempt.pod, attempt.cluster)

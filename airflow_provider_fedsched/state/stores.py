@@ -68,6 +68,19 @@ def _orphan(raw: Any) -> tuple[str, str]:
     return namespace, pod
 
 
+ORPHAN_KINDS = ("pod", "job")
+"""What an orphan can be: a pod, or a batch/v1 Job (deleted with its pods)."""
+
+
+def _orphan_of_kind(raw: Any) -> tuple[str, str, str]:
+    """``(kind, namespace, name)``; an entry without ``kind`` (written before Jobs were) is a pod."""
+    namespace, name = _orphan(raw)
+    kind = raw.get("kind", "pod")
+    if kind not in ORPHAN_KINDS:
+        raise ValueError(f"expected 'kind' one of {list(ORPHAN_KINDS)}, got {kind!r}")
+    return str(kind), namespace, name
+
+
 class _Store:
     def __init__(self, backend: StateBackend, prefix: str) -> None:
         self.backend = backend
@@ -301,38 +314,53 @@ class LeaseStore(_Store):
 
 
 class OrphanStore(_Store):
-    """Pods that could not be confirmed deleted (their cluster stopped answering): deleted when it answers."""
+    """Pods and Jobs that could not be confirmed deleted (their cluster stopped answering): deleted when it
+    answers. A pod's key and entry are those of earlier releases; a Job's key is ``job:<namespace>.<name>``
+    (``:`` is never in a namespace's name) and its entry says ``"kind": "job"``."""
 
-    def add(self, cluster: str, namespace: str, pod: str) -> None:
-        self.backend.set(
-            self._key("orphan", cluster, f"{namespace}.{pod}"), {"namespace": namespace, "pod": pod}
-        )
+    def _orphan_key(self, cluster: str, namespace: str, name: str, kind: str) -> str:
+        return self._key("orphan", cluster, ("" if kind == "pod" else f"{kind}:") + f"{namespace}.{name}")
 
-    def of(self, cluster: str) -> list[tuple[str, str]]:
+    def add(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
+        if kind not in ORPHAN_KINDS:
+            raise ValueError(f"kind: expected one of {list(ORPHAN_KINDS)}, got {kind!r}")
+        entry = {"namespace": namespace, "pod": pod, **({"kind": kind} if kind != "pod" else {})}
+        self.backend.set(self._orphan_key(cluster, namespace, pod, kind), entry)
+
+    def of(self, cluster: str, kind: str = "pod") -> list[tuple[str, str]]:
+        """``(namespace, name)`` of the orphans of ``kind`` in ``cluster``."""
         found = self.backend.get_many(self._key("orphan", cluster) + "/")
-        pods = [read_stored(key, raw or None, _orphan) for key, raw in found.items()]
-        return [pod for pod in pods if pod is not None]
+        entries = [read_stored(key, raw or None, _orphan_of_kind) for key, raw in found.items()]
+        return [(entry[1], entry[2]) for entry in entries if entry is not None and entry[0] == kind]
 
-    def forget(self, cluster: str, namespace: str, pod: str) -> None:
-        self.backend.delete(self._key("orphan", cluster, f"{namespace}.{pod}"))
+    def forget(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
+        self.backend.delete(self._orphan_key(cluster, namespace, pod, kind))
 
 
 class DeferredStore(_Store):
-    """Pods of deferred tries, with their task instance: a pod whose try ended while no trigger watched it
-    (a triggerer down when a user failed the task, a trigger row cleaned up before it ran) is found here
-    by the sweep (``hooks/sensing.py``) and deleted: no pod outlives its try."""
+    """Pods (and Jobs, ``kind="job"``) of deferred tries, with their task instance: one whose try ended
+    while no trigger watched it (a triggerer down when a user failed the task, a trigger row cleaned up
+    before it ran) is found here by the sweep (``hooks/sensing.py``) and deleted: no pod outlives its try."""
 
-    def add(self, cluster: str, namespace: str, pod: str, task_instance: Mapping[str, Any]) -> None:
+    def _deferred_key(self, cluster: str, namespace: str, name: str, kind: str) -> str:
+        return self._key("deferred", cluster, ("" if kind == "pod" else f"{kind}:") + f"{namespace}.{name}")
+
+    def add(
+        self, cluster: str, namespace: str, pod: str, task_instance: Mapping[str, Any], kind: str = "pod"
+    ) -> None:
         entry = {**task_instance, "namespace": namespace, "pod": pod, "since": time.time()}
-        self.backend.set(self._key("deferred", cluster, f"{namespace}.{pod}"), entry)
+        if kind != "pod":
+            entry["kind"] = kind
+        self.backend.set(self._deferred_key(cluster, namespace, pod, kind), entry)
 
     def of(self, cluster: str) -> list[dict[str, Any]]:
+        """Every entry of ``cluster``, each with its ``kind`` (``"pod"`` when it was written without)."""
         found = self.backend.get_many(self._key("deferred", cluster) + "/")
         entries = [read_stored(key, raw or None, _deferred) for key, raw in found.items()]
         return [entry for entry in entries if entry is not None]
 
-    def get(self, cluster: str, namespace: str, pod: str) -> dict[str, Any] | None:
-        key = self._key("deferred", cluster, f"{namespace}.{pod}")
+    def get(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> dict[str, Any] | None:
+        key = self._deferred_key(cluster, namespace, pod, kind)
         return read_stored(key, self.backend.get(key) or None, _deferred)
 
     def ended(self, cluster: str, namespace: str, pod: str, phase: str) -> None:
@@ -340,15 +368,15 @@ class DeferredStore(_Store):
         triggerer restarted) and the cluster has stopped answering since."""
         entry = self.get(cluster, namespace, pod)
         if entry is not None:
-            self.backend.set(self._key("deferred", cluster, f"{namespace}.{pod}"), {**entry, "ended": phase})
+            self.backend.set(self._deferred_key(cluster, namespace, pod, "pod"), {**entry, "ended": phase})
 
-    def forget(self, cluster: str, namespace: str, pod: str) -> None:
-        self.backend.delete(self._key("deferred", cluster, f"{namespace}.{pod}"))
+    def forget(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
+        self.backend.delete(self._deferred_key(cluster, namespace, pod, kind))
 
 
 def _deferred(raw: Any) -> dict[str, Any]:
     document = dict(_mapping(raw))
-    _orphan(document)
+    document["kind"] = _orphan_of_kind(document)[0]
     for key in ("dag_id", "run_id", "task_id"):
         if not isinstance(document.get(key), str) or not document[key]:
             raise ValueError(f"expected a non-empty string {key!r}")

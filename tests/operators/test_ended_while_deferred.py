@@ -42,15 +42,15 @@ def the_pod(fed: SimFederation, run_id: str) -> tuple[str, dict[str, Any]] | Non
     return None
 
 
-def defer(run_id: str) -> Any:
+def defer(run_id: str, dag_id: str = DAG_ID, dag_file: Path = DAG_FILE) -> Any:
     """Run the task until it defers, through the Task SDK's in-process supervisor."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.sdk.definitions.dag import _run_task
     from airflow.utils.session import create_session
 
-    dag = airflow_harness.load_dag(DAG_FILE, DAG_ID)
+    dag = airflow_harness.load_dag(dag_file, dag_id)
     with create_session() as session:
-        ti = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id, task_id="work").one()
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id, task_id="work").one()
         session.expunge(ti)
     _run_task(ti=ti, task=dag.get_task("work"), run_triggerer=False)
     return ti
@@ -70,21 +70,21 @@ def deferred_run(fed: SimFederation, prefix: str) -> tuple[str, str, str, str]:
     return run_id, cluster, pod["metadata"]["namespace"], pod["metadata"]["name"]
 
 
-def ti_row(run_id: str) -> tuple[str, int | None]:
+def ti_row(run_id: str, dag_id: str = DAG_ID) -> tuple[str, int | None]:
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        ti = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id, task_id="work").one()
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id, task_id="work").one()
         return str(ti.state), ti.trigger_id
 
 
-def mark_failed_as_the_rest_api_does(run_id: str) -> None:
+def mark_failed_as_the_rest_api_does(run_id: str, dag_id: str = DAG_ID) -> None:
     from airflow.models.serialized_dag import SerializedDagModel
     from airflow.utils.session import create_session
     from airflow.utils.state import TaskInstanceState
 
-    dag = SerializedDagModel.get_dag(DAG_ID)
+    dag = SerializedDagModel.get_dag(dag_id)
     assert dag is not None
     with create_session() as session:
         updated = dag.set_task_instance_state(

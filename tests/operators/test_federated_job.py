@@ -15,6 +15,7 @@ from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation, wait_for
 from tests import airflow_harness
 from tests.operators import test_federated_operator as pod_tests
+from tests.operators.test_contract import Outage
 
 DAG_FILE = Path(__file__).parent / "dags" / "federated_job_dags.py"
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
@@ -138,3 +139,233 @@ def test_bad_parallelism_fails_at_the_start_naming_the_argument(
     assert state == "failed"
     assert "parallelism must be a whole number of pods, at least 1 (got 0)" in capfd.readouterr().out
     assert left_behind(sim_federation, "gang_bad_parallelism") == []
+
+
+# The delivery contract of pod tasks, for Jobs ---------------------------------------------------------------
+JOB_CREATES = "/apis/batch/v1/namespaces/default/jobs"
+MODES = ["sync", "deferrable"]
+
+
+@pytest.fixture
+def job_creates(sim_federation: SimFederation) -> Iterator[Callable[[], int]]:
+    """Jobs created (POSTs to the batch API, in every cluster) since the test began."""
+
+    def count() -> int:
+        return sum(h.request_count("POST", JOB_CREATES) for h in sim_federation.handles.values())
+
+    before = count()
+    yield lambda: count() - before
+
+
+def sweep_orphans() -> None:
+    """The next snapshot of a cluster that answers again deletes what was written down as orphans."""
+    FederationHook().collect()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_outage_shorter_than_the_grace_reattaches_to_the_one_job(
+    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
+) -> None:
+    dag_id = f"gang_outage_short_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=2) as outage:
+        state, record = run(dag_id)
+
+    assert outage.down_at is not None  # the cluster was silent while the gang ran
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert job_creates() == 1  # reattached, never a second Job
+    assert left_behind(sim_federation, dag_id) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_outage_longer_than_the_grace_fails_the_try_lost_and_the_job_is_swept(
+    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
+) -> None:
+    dag_id = f"gang_outage_lost_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=12):
+        state, record = run(dag_id)
+        assert state == "failed" and record is not None
+        assert job_creates() == 1  # north-gpu could take the gang: it was not started there
+        (attempt,) = record["attempts"]
+        assert (attempt["cluster"], attempt["outcome"]) == ("east-cpu", "lost")
+        assert "connection refused at http://127.0.0.1" in attempt["reason"]
+        assert "the gang is not started elsewhere" in record["reason"]
+        # Written down while its cluster is silent; the Job and its pods are still there.
+        assert FederationHook().orphans("east-cpu", kind="job") == [(attempt["namespace"], attempt["pod"])]
+    assert left_behind(sim_federation, dag_id) != []
+    sweep_orphans()  # the first snapshot that finds east-cpu answering deletes the Job with its pods
+    assert FederationHook().orphans("east-cpu", kind="job") == []
+    assert left_behind(sim_federation, dag_id) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_preemptible_gang_moves_at_once_and_its_old_job_is_fenced(
+    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
+) -> None:
+    dag_id = f"gang_outage_preemptible_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=20):
+        state, record = run(dag_id)
+        assert state == "success" and record is not None
+        assert path(record) == [("east-cpu", "unreachable"), ("north-gpu", "succeeded")]
+        assert record["attempts"][1]["resumed_from_checkpoint"] is True
+        assert 0 < record["failover_seconds"] <= 5.0  # at once: the old Job is not waited for
+        assert job_creates() == 2
+        first = record["attempts"][0]
+        assert FederationHook().orphans("east-cpu", kind="job") == [(first["namespace"], first["pod"])]
+    sweep_orphans()  # fenced: deleted with its pods once east-cpu answers again
+    assert FederationHook().orphans("east-cpu", kind="job") == []
+    assert left_behind(sim_federation, dag_id) == []
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "found"),
+    [
+        ("gang_retry_adopts_running", "was still running"),  # runs 30 s: past the outage
+        ("gang_retry_adopts_complete", "had already completed"),  # runs 6 s: ends while east-cpu is silent
+    ],
+)
+def test_a_retry_adopts_the_earlier_tries_job_and_never_creates_a_second(
+    sim_federation: SimFederation,
+    federation: Path,
+    job_creates: Callable[[], int],
+    capfd: pytest.CaptureFixture[str],
+    dag_id: str,
+    found: str,
+) -> None:
+    """Try 1 is lost to an outage past the grace (its Job written down); try 2 starts once the cluster
+    answers and adopts that Job, still running or already complete, instead of running the gang again."""
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=12):
+        dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
+    state = airflow_harness.task_states(dag_run)["work"]
+    raw = xcom(dag_run, "fedsched_placement")
+    record = json.loads(raw) if isinstance(raw, str) else raw
+
+    assert state == "success" and record is not None
+    assert record["try_number"] == 2
+    assert path(record) == [("east-cpu", "succeeded")]
+    (attempt,) = record["attempts"]
+    assert attempt["adopted"] is True
+    assert attempt["decision"] == f"adopted the job of try 1 (it {found})"
+    assert job_creates() == 1  # one Job for both tries
+    out = capfd.readouterr().out
+    assert "Adopting job" in out and "gang work done" in out  # watched to its end, its logs read
+    assert FederationHook().orphans("east-cpu", kind="job") == []  # adopted: no longer fenced
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def _killable_job(operator: Any, cluster: str, name: str) -> None:
+    """A running 2-pod Job in ``cluster``, created through the operator's own client over HTTP."""
+    from kubernetes.client import models as k8s
+
+    operator.use_cluster(cluster)
+    template = k8s.V1PodTemplateSpec(
+        metadata=k8s.V1ObjectMeta(
+            labels={"dag_id": "killed_job"}, annotations={"sim.fedsched.io/duration": "3600"}
+        ),
+        spec=k8s.V1PodSpec(
+            restart_policy="Never", containers=[k8s.V1Container(name="base", image="busybox")]
+        ),
+    )
+    operator.job_manager.create(
+        k8s.V1Job(
+            metadata=k8s.V1ObjectMeta(name=name, namespace="default", labels={"dag_id": "killed_job"}),
+            spec=k8s.V1JobSpec(parallelism=2, completions=2, backoff_limit=0, template=template),
+        )
+    )
+
+
+def _running_attempt(operator: Any, cluster: str, name: str) -> Any:
+    from datetime import UTC, datetime
+
+    from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
+
+    now = datetime.now(UTC)
+    attempt = Attempt(
+        number=1, cluster=cluster, namespace="default", pod=name, placement_id="p", started_at=now
+    )
+    operator.placement = PlacementRecord(
+        dag_id="killed_job", run_id="r", task_id="killed", try_number=1, started_at=now, attempts=[attempt]
+    )
+    return attempt
+
+
+@pytest.mark.parametrize("answering", [True, False], ids=["cluster-answers", "cluster-silent"])
+def test_ending_the_task_deletes_its_job_with_its_pods_and_records_cancelled(
+    sim_federation: SimFederation, federation: Path, answering: bool
+) -> None:
+    """on_kill (the UI's mark-failed, the API, a timeout) deletes the Job with its pods where it runs; a
+    cluster that does not answer then gets it written down, deleted when it answers again."""
+    from airflow_provider_fedsched.operators.federated_job import FederatedKubernetesJobOperator
+
+    north = sim_federation["north-gpu"]
+    name = f"killed-{'answers' if answering else 'silent'}"
+    operator = FederatedKubernetesJobOperator(task_id="killed", image="busybox", parallelism=2, completions=2)
+    _killable_job(operator, "north-gpu", name)
+
+    def both_running() -> bool:
+        members = [p for p in north.pods() if p["metadata"]["name"].startswith(name)]
+        return len(members) == 2 and all(p["status"].get("phase") == "Running" for p in members)
+
+    wait_for(both_running, timeout=60)
+    attempt = _running_attempt(operator, "north-gpu", name)
+    operator.use_cluster("east-cpu")  # whatever cluster the operator last talked to
+
+    if not answering:
+        north.faults.down()
+    try:
+        operator.on_kill()
+    finally:
+        north.faults.up()
+
+    assert attempt.outcome == "cancelled"
+    assert operator.placement.outcome == "failed"
+    samples = FederationHook().history("north-gpu", "outcome")
+    assert samples and samples[-1]["outcome"] == "cancelled"
+    if answering:
+        assert attempt.reason == "the task was ended while its job ran: job deleted"
+        assert FederationHook().orphans("north-gpu", kind="job") == []
+    else:
+        assert attempt.reason == "the task was ended while its job ran: job deleted later"
+        assert FederationHook().orphans("north-gpu", kind="job") == [("default", name)]
+        assert left_behind(sim_federation, "killed_job") != []  # nothing reached the silent cluster
+        sweep_orphans()
+        assert FederationHook().orphans("north-gpu", kind="job") == []
+    assert left_behind(sim_federation, "killed_job") == []
+
+
+def test_a_deferred_job_try_ended_by_a_user_has_its_job_swept_by_the_next_snapshot(
+    sim_federation: SimFederation, federation: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deferrable Job try waits between polls on a timer trigger, which deletes nothing when a user marks
+    the try failed: the deferral is written down with its task instance, and the next snapshot of the
+    Job's cluster finds the try over and deletes the Job with its pods."""
+    from datetime import UTC, datetime
+
+    from airflow.models.trigger import Trigger
+
+    from airflow_provider_fedsched.hooks import sensing
+    from tests.operators import test_ended_while_deferred as ended
+
+    dag_id = "gang_deferred_ended"
+    airflow_harness.load_dag(DAG_FILE, dag_id)
+    airflow_harness.serialize_dags()
+    run_id = f"manual__job-swept-{datetime.now(UTC).timestamp():.0f}"
+    airflow_harness.create_dag_run(dag_id, run_id, datetime.now(UTC))
+    ended.defer(run_id, dag_id, DAG_FILE)
+    hook = FederationHook()
+    (entry,) = [e for handle in sim_federation.handles for e in hook.state.deferred.of(handle)]
+    assert entry["kind"] == "job" and entry["run_id"] == run_id
+    assert left_behind(sim_federation, dag_id) != []
+
+    ended.mark_failed_as_the_rest_api_does(run_id, dag_id)
+    Trigger.clean_unused()
+    assert ended.ti_row(run_id, dag_id) == ("failed", None)
+
+    # A deferral still within its trigger's time is left alone; then the sweep finds the try over.
+    hook.collect()
+    assert left_behind(sim_federation, dag_id) != []
+    monkeypatch.setattr(sensing, "ENDED_TRY_AGE", 0.0)
+    hook.collect()
+    assert left_behind(sim_federation, dag_id) == []
+    for cluster in sim_federation.handles:
+        assert hook.state.deferred.of(cluster) == [] and hook.orphans(cluster, kind="job") == []

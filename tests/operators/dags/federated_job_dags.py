@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG
@@ -16,7 +16,7 @@ def gang_dag(dag_id: str, duration: float = 2, logs: list[str] | None = None, **
     annotations = {"sim.fedsched.io/duration": str(duration)}
     if logs:
         annotations["sim.fedsched.io/logs"] = json.dumps(logs)
-    args: dict[str, Any] = {"parallelism": 3, "completions": 3, **operator_args}
+    args: dict[str, Any] = {"parallelism": 3, "completions": 3, "retries": 0, **operator_args}
     with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False) as dag:
         FederatedKubernetesJobOperator(
             task_id="work",
@@ -34,7 +34,6 @@ def gang_dag(dag_id: str, duration: float = 2, logs: list[str] | None = None, **
             unschedulable_grace_seconds=3,
             annotations=annotations,
             get_logs=True,
-            retries=0,
             **args,
         )
     return dag
@@ -53,3 +52,27 @@ gang_dag(
     logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"],
 )
 gang_dag("gang_bad_parallelism", parallelism=0)
+
+# Its cluster stops answering while the gang runs (tests/operators/test_federated_job.py, Outage).
+for _mode, _deferrable in (("sync", False), ("deferrable", True)):
+    gang_dag(f"gang_outage_short_{_mode}", duration=40, unreachable_grace=60, deferrable=_deferrable)
+    gang_dag(f"gang_outage_lost_{_mode}", duration=600, unreachable_grace=3, deferrable=_deferrable)
+    gang_dag(
+        f"gang_outage_preemptible_{_mode}",
+        duration=40,
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        deferrable=_deferrable,
+    )
+# Try 1 is lost to the outage; try 2 starts once the cluster answers again and adopts try 1's Job.
+for _name, _duration in (("gang_retry_adopts_running", 300), ("gang_retry_adopts_complete", 60)):
+    gang_dag(
+        _name,
+        duration=_duration,
+        unreachable_grace=3,
+        retries=1,
+        retry_delay=timedelta(seconds=15),
+        logs=["gang work done"],
+    )
+# Deferred between polls, then ended by a user (its timer trigger deletes nothing): the sweep deletes it.
+gang_dag("gang_deferred_ended", duration=36000, deferrable=True)
