@@ -9,7 +9,7 @@ placement history is further limited to the DAGs the user may read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -56,6 +56,20 @@ def _federation_hook() -> Any:
     from airflow_provider_fedsched.hooks.federation import FederationHook
 
     return FederationHook()
+
+
+def _from_federation(key: str, read: Callable[[Any, datetime], list[dict[str, Any]]]) -> dict[str, Any]:
+    """``{federation, error, now, <key>: read(hook, now)}``; a federation that cannot be read (no spec
+    configured, an unreadable spec) gives an empty list and the reason, for the page to show."""
+    now = datetime.now(UTC)
+    try:
+        hook = _federation_hook()
+        rows = read(hook, now)
+        federation = hook.spec.name
+    except Exception as exc:
+        log.warning("Federation page: cannot read the federation's %s: %s", key, exc)
+        return {"federation": None, "error": f"{type(exc).__name__}: {exc}", "now": now.isoformat(), key: []}
+    return {"federation": federation, "error": None, "now": now.isoformat(), key: rows}
 
 
 def create_app() -> FastAPI:
@@ -122,20 +136,7 @@ def create_app() -> FastAPI:
     @api.get("/api/clusters")
     def clusters() -> dict[str, Any]:
         """Every member cluster: capacity from the latest snapshot, cooldown and recent history."""
-        now = datetime.now(UTC)
-        try:
-            hook = _federation_hook()
-            rows = history.cluster_overview(hook, now)
-            federation = hook.spec.name
-        except Exception as exc:  # no spec configured, unreadable spec: the page says why
-            log.warning("Federation page: cannot read the federation: %s", exc)
-            return {
-                "federation": None,
-                "error": f"{type(exc).__name__}: {exc}",
-                "now": now.isoformat(),
-                "clusters": [],
-            }
-        return {"federation": federation, "error": None, "now": now.isoformat(), "clusters": rows}
+        return _from_federation("clusters", history.cluster_overview)
 
     @api.get("/api/placements")
     def placements(
@@ -211,20 +212,7 @@ def create_app() -> FastAPI:
     @api.get("/api/tenants")
     def tenants() -> dict[str, Any]:
         """Per tenant: quota, use, borrowed, waiting tasks and cost this period (``fedsched tenants``)."""
-        now = datetime.now(UTC)
-        try:
-            hook = _federation_hook()
-            rows = hook.tenants(now)
-            federation = hook.spec.name
-        except Exception as exc:  # no spec configured, unreadable spec: the page says why
-            log.warning("Federation page: cannot read the tenants: %s", exc)
-            return {
-                "federation": None,
-                "error": f"{type(exc).__name__}: {exc}",
-                "now": now.isoformat(),
-                "tenants": [],
-            }
-        return {"federation": federation, "error": None, "now": now.isoformat(), "tenants": rows}
+        return _from_federation("tenants", lambda hook, now: hook.tenants(now))
 
     @api.get("/api/costs")
     def costs(

@@ -15,25 +15,12 @@ import yaml
 
 from airflow_provider_fedsched import cli
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot, NodeSnapshot
+from tests.cli import test_tenants_cost
 
 pytestmark = pytest.mark.airflow
 
-SPEC: dict[str, Any] = {
-    "name": "teams-page",
-    "clusters": [
-        {"name": "a", "conn_id": "k8s_a", "region": "r1"},
-        {"name": "b", "conn_id": "k8s_b", "region": "r1"},
-    ],
-    "tenants": [
-        {
-            "name": "team-ml",
-            "quota": {"nvidia.com/gpu": 64, "pods": 10},
-            "weight": 3,
-            "budget": {"period": "month", "max_cost": 500},
-        },
-        {"name": "team-bi", "quota": {"cpu": "8"}},
-    ],
-}
+SPEC: dict[str, Any] = {**test_tenants_cost.SPEC, "name": "teams-page"}
+"""The command line's tests' tenants (team-ml: 64 GPUs, 10 pods, a budget of 500; team-bi: 8 cpu)."""
 NOW = datetime.now(UTC)
 # (placement id, tenant, DAG, cost, egress GB, outcome, hours ago)
 CHARGES = [
