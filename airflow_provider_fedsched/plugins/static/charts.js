@@ -6,7 +6,7 @@
 const FedCharts = (() => {
   const SVG = "http://www.w3.org/2000/svg";
   const PALETTE = ["#017cee", "#e8590c", "#2f9e44", "#ae3ec9", "#f59f00", "#1098ad", "#c2255c", "#5c7cfa"];
-  const SIZE = { width: 880, height: 240, left: 64, right: 16, top: 12, bottom: 36 };
+  const SIZE = { width: 880, height: 240, left: 64, right: 44, top: 12, bottom: 36 };  // room for the last time label
 
   function svg(tag, attrs = {}, ...children) {
     const node = document.createElementNS(SVG, tag);
