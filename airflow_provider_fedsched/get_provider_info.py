@@ -57,7 +57,10 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "connection-types": [],
-        "extra-links": ["airflow_provider_fedsched.operators.links.FederatedClusterLink"],
+        "extra-links": [
+            "airflow_provider_fedsched.operators.links.FederatedClusterLink",
+            "airflow_provider_fedsched.operators.links.ClusterDashboardLink",
+        ],
         "plugins": [
             {"name": "fedsched", "plugin-class": "airflow_provider_fedsched.plugins.FederationPlugin"},
         ],

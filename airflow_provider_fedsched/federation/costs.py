@@ -28,6 +28,7 @@ __all__ = [
     "decision_costs",
     "egress",
     "estimate",
+    "report_key",
 ]
 
 GIB = 2**30
@@ -128,18 +129,22 @@ REPORT_GROUPS = ("tenant", "dag", "cluster", "day")
 """What ``fedsched cost --by`` and the Tenants view group charges by."""
 
 
+def report_key(charge: Mapping[str, Any], by: str) -> str:
+    """The ``by`` group a charge falls in: its UTC day (``YYYY-MM-DD``), DAG, tenant or cluster."""
+    if by == "day":
+        return str(charge.get("at", ""))[:10]
+    if by == "dag":
+        return str(charge.get("dag_id") or "-")
+    return str(charge.get(by) or "-")
+
+
 def cost_report(charges: Iterable[Mapping[str, Any]], by: str) -> list[dict[str, Any]]:
     """Charges (one per cluster attempt) summed per ``by`` group, most expensive first."""
     if by not in REPORT_GROUPS:
         raise ValueError(f"by: unknown group {by!r} (choose {', '.join(REPORT_GROUPS)})")
     groups: dict[str, dict[str, Any]] = {}
     for charge in charges:
-        if by == "day":
-            key = str(charge.get("at", ""))[:10]
-        elif by == "dag":
-            key = str(charge.get("dag_id") or "-")
-        else:
-            key = str(charge.get(by) or "-")
+        key = report_key(charge, by)
         row = groups.setdefault(
             key, {by: key, "attempts": 0, "failed_attempts": 0, "cost": 0.0, "egress_gb": 0.0}
         )

@@ -42,7 +42,7 @@ from airflow_provider_fedsched.operators.arguments import (
 )
 from airflow_provider_fedsched.operators.contract import ClusterLeft
 from airflow_provider_fedsched.operators.deferral import Deferral
-from airflow_provider_fedsched.operators.links import FederatedClusterLink
+from airflow_provider_fedsched.operators.links import FederationLinks
 from airflow_provider_fedsched.render import decision_table
 
 __all__ = ["FederatedKubernetesOperator", "FederationError"]
@@ -92,7 +92,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         "prefer_group",
         "cluster_selector",
     )
-    operator_extra_links = (FederatedClusterLink(),)
+    operator_extra_links = FederationLinks()
 
     def __init__(
         self,

@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-URL_PREFIX = "/fedsched"
+from airflow_provider_fedsched.plugins.paths import URL_PREFIX
 
 
 def _fastapi_apps() -> list[dict[str, Any]]:

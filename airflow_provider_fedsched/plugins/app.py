@@ -1,23 +1,27 @@
 """The FastAPI app mounted by the Federation plugin at ``/fedsched`` in the Airflow API server.
 
-Every route, the page and its static files included, requires an authenticated Airflow user (a Bearer
-token or the UI's JWT cookie, which the UI's iframe sends because it is on the same origin). The
+Every route requires an authenticated Airflow user (a Bearer token or the UI's JWT cookie, which the UI's
+iframe sends because it is on the same origin): the JSON API and the static files answer 401/403 without
+one, the page itself redirects a signed-out browser to Airflow's login (which comes back to it). The
 placement history is further limited to the DAGs the user may read.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from airflow_provider_fedsched.plugins import history
+from airflow_provider_fedsched.federation.costs import REPORT_GROUPS
+from airflow_provider_fedsched.plugins import history, usage
+from airflow_provider_fedsched.plugins.paths import URL_PREFIX
+from airflow_provider_fedsched.state.stores import HISTORY_LIMIT
 from airflow_provider_fedsched.validation.http import MAX_MAP_INDEX, MAX_OFFSET, MAX_TRY_NUMBER
 
 log = logging.getLogger(__name__)
@@ -26,6 +30,7 @@ STATIC_DIR = Path(__file__).parent / "static"
 STATIC_FILES = {
     "federation.css": "text/css; charset=utf-8",
     "federation.js": "text/javascript; charset=utf-8",
+    "charts.js": "text/javascript; charset=utf-8",
 }
 """The only files served from ``static/`` (an allow-list, so no path ever reaches the file system)."""
 
@@ -53,9 +58,23 @@ def _federation_hook() -> Any:
     return FederationHook()
 
 
+def _from_federation(key: str, read: Callable[[Any, datetime], list[dict[str, Any]]]) -> dict[str, Any]:
+    """``{federation, error, now, <key>: read(hook, now)}``; a federation that cannot be read (no spec
+    configured, an unreadable spec) gives an empty list and the reason, for the page to show."""
+    now = datetime.now(UTC)
+    try:
+        hook = _federation_hook()
+        rows = read(hook, now)
+        federation = hook.spec.name
+    except Exception as exc:
+        log.warning("Federation page: cannot read the federation's %s: %s", key, exc)
+        return {"federation": None, "error": f"{type(exc).__name__}: {exc}", "now": now.isoformat(), key: []}
+    return {"federation": federation, "error": None, "now": now.isoformat(), key: rows}
+
+
 def create_app() -> FastAPI:
     # Imported here, not at module level: Airflow imports plugins in every process (scheduler, workers).
-    from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user, requires_authenticated
 
     def readable_dag_ids(user: Any = Depends(get_user)) -> frozenset[str] | None:  # noqa: B008
         """DAG ids the current user may read, from the auth manager (None when it cannot say)."""
@@ -70,53 +89,56 @@ def create_app() -> FastAPI:
     # Defaults, not Annotated aliases: with postponed annotations FastAPI resolves names in module globals.
     readable_dags_dep = Depends(readable_dag_ids)
 
+    async def signed_in(request: Request, bearer: Any = Depends(bearer_scheme)) -> bool:  # noqa: B008
+        """Whether the request carries a valid user, as ``get_user`` decides (never raises)."""
+        try:
+            await get_user(request, _oauth_token=None, bearer_credentials=bearer)
+        except HTTPException:
+            return False
+        return True
+
+    signed_in_dep = Depends(signed_in)
+
     app = FastAPI(
         title="Federation",
-        description="Where federated pod tasks ran and why; member clusters of the federation.",
-        dependencies=[Depends(requires_authenticated())],
+        description="Where federated pod tasks ran and why; member clusters, tenants and costs.",
         # The API server's own docs live at /docs; keep this app's out of the way (and authenticated).
         docs_url=None,
         redoc_url=None,
         openapi_url=None,  # served below, as a route of its own, so that it needs a user like every route
     )
-
-    @app.get("/api/openapi.json", include_in_schema=False)
-    def openapi() -> dict[str, Any]:
-        return app.openapi()
-
     app.state.readable_dag_ids = readable_dag_ids  # for dependency overrides in tests
+    app.state.signed_in = signed_in
 
     @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
-    def page() -> HTMLResponse:
+    def page(request: Request, user: bool = signed_in_dep) -> Response:
+        if not user:  # a browser signed out: Airflow's login, then back here (the query string kept)
+            from airflow.api_fastapi.app import get_auth_manager
+
+            back = f"{_ui_root()}{URL_PREFIX}/ui" + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=back), status_code=307)
         html = (STATIC_DIR / "federation.html").read_text(encoding="utf-8")
         return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
-    @app.get("/static/{name}", include_in_schema=False)
+    api = APIRouter(dependencies=[Depends(requires_authenticated())])
+
+    @api.get("/api/openapi.json", include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    @api.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> FileResponse:
         media_type = STATIC_FILES.get(name)
         if media_type is None:
             raise HTTPException(status_code=404, detail="not found")
         return FileResponse(STATIC_DIR / name, media_type=media_type)
 
-    @app.get("/api/clusters")
+    @api.get("/api/clusters")
     def clusters() -> dict[str, Any]:
         """Every member cluster: capacity from the latest snapshot, cooldown and recent history."""
-        now = datetime.now(UTC)
-        try:
-            hook = _federation_hook()
-            rows = history.cluster_overview(hook, now)
-            federation = hook.spec.name
-        except Exception as exc:  # no spec configured, unreadable spec: the page says why
-            log.warning("Federation page: cannot read the federation: %s", exc)
-            return {
-                "federation": None,
-                "error": f"{type(exc).__name__}: {exc}",
-                "now": now.isoformat(),
-                "clusters": [],
-            }
-        return {"federation": federation, "error": None, "now": now.isoformat(), "clusters": rows}
+        return _from_federation("clusters", history.cluster_overview)
 
-    @app.get("/api/placements")
+    @api.get("/api/placements")
     def placements(
         session: SessionDep,
         dag_id: str | None = None,
@@ -147,10 +169,11 @@ def create_app() -> FastAPI:
             "total": history.count_placements(session, flt),
             "limit": limit,
             "offset": offset,
+            "large_egress_gb": history.LARGE_EGRESS_GB,
             "placements": history.list_placements(session, flt, limit, offset, ui_root=_ui_root()),
         }
 
-    @app.get("/api/placements/{dag_id}/{run_id}/{task_id}")
+    @api.get("/api/placements/{dag_id}/{run_id}/{task_id}")
     def placement(
         session: SessionDep,
         dag_id: str,
@@ -186,6 +209,39 @@ def create_app() -> FastAPI:
             )
         return detail
 
+    @api.get("/api/tenants")
+    def tenants() -> dict[str, Any]:
+        """Per tenant: quota, use, borrowed, waiting tasks and cost this period (``fedsched tenants``)."""
+        return _from_federation("tenants", lambda hook, now: hook.tenants(now))
+
+    @api.get("/api/costs")
+    def costs(
+        by: Annotated[str, Query(description=f"one of {', '.join(REPORT_GROUPS)}")] = "day",
+        split: Annotated[
+            str | None, Query(description="a second group: one report per value (e.g. tenant)")
+        ] = None,
+        days: Annotated[int, Query(ge=1, le=usage.MAX_COST_DAYS)] = usage.DEFAULT_COST_DAYS,
+    ) -> dict[str, Any]:
+        """Estimated cost and egress of the cluster attempts of the last ``days`` days (``fedsched cost``)."""
+        now = datetime.now(UTC)
+        try:
+            return usage.costs(_federation_hook(), now, by=by, split=split or None, days=days)
+        except usage.BadParameter as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+
+    @api.get("/api/utilization")
+    def utilization(
+        cluster: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=HISTORY_LIMIT)] = HISTORY_LIMIT,
+    ) -> dict[str, Any]:
+        """Utilization over time per member cluster: the samples each snapshot left in shared state."""
+        hook = _federation_hook()
+        try:
+            return {"clusters": usage.utilization(hook, cluster or None, limit)}
+        except usage.BadParameter as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+
+    app.include_router(api)
     return app
 
 

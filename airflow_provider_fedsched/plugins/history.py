@@ -42,6 +42,8 @@ OUTCOME_FILTERS = ("succeeded", "failed", "running", "waiting", "failover")
 """``outcome=`` values: a record's outcome, or ``failover`` for tries that left at least one cluster."""
 RECENT_SAMPLES = 20
 """History samples per cluster summarized on the clusters view."""
+LARGE_EGRESS_GB = 100.0
+"""A try that moved at least this much data between clusters is highlighted on the page."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +300,15 @@ def placement_row(
         record = parse_record(value)
     except UnreadableRecord as exc:
         return {**row, "readable": False, "error": str(exc), "try_number": None}
+    now = datetime.now(UTC)
+    attempts = []
+    for attempt in record.attempts:
+        # The record's own accounting (Attempt.accrued_cost): nothing for a pod that never ran; a
+        # running attempt's compute so far.
+        accrued, moved = attempt.accrued_cost(record.ended_at or now)
+        cost = attempt.cost if attempt.cost is not None else accrued
+        attempts.append((attempt, round(cost, 6), round(moved, 6)))
+    egress_gb = round(sum(moved for _, _, moved in attempts), 6)
     return {
         **row,
         "readable": True,
@@ -320,9 +331,16 @@ def placement_row(
                 "started_at": attempt.started_at.isoformat(),
                 "ended_at": attempt.ended_at.isoformat() if attempt.ended_at else None,
                 "resumed_from_checkpoint": attempt.resumed_from_checkpoint,
+                "price_per_hour": attempt.price_per_hour,
+                "cost": cost,
+                "egress_gb": moved,
+                "egress_cost": attempt.egress_cost if moved else 0.0,
             }
-            for attempt in record.attempts
+            for attempt, cost, moved in attempts
         ],
+        "cost": round(sum(cost for _, cost, _ in attempts), 6),
+        "egress_gb": egress_gb,
+        "large_egress": egress_gb >= LARGE_EGRESS_GB,
         "decisions": len(record.decisions),
         "excluded": record.excluded,
         "waited_seconds": round(record.waited_seconds, 3),

@@ -26,6 +26,7 @@ def client(airflow_db: None) -> Iterator[Any]:
     app.dependency_overrides[get_user] = lambda: object()
     # The rows below have no DAG in the database, so the auth manager's DAG filter would hide them.
     app.dependency_overrides[app.state.readable_dag_ids] = lambda: None
+    app.dependency_overrides[app.state.signed_in] = lambda: True
     rows = [
         {
             "dag_id": "etl",
@@ -157,6 +158,13 @@ def test_decision_detail_not_found(client: Any) -> None:
     assert client.get("/api/placements/etl/manual__1/load", params={"try_number": 2}).status_code == 404
 
 
+def test_the_listing_says_what_counts_as_a_large_move(client: Any) -> None:
+    data = placements(client, task_id="extract")
+    assert data["large_egress_gb"] == 100.0
+    (row,) = data["placements"]
+    assert row["cost"] == 0.0 and row["egress_gb"] == 0.0 and row["large_egress"] is False
+
+
 def test_bad_parameters(client: Any) -> None:
     assert client.get("/api/placements", params={"outcome": "exploded"}).status_code == 422
     assert client.get("/api/placements", params={"limit": 0}).status_code == 422
@@ -188,7 +196,18 @@ def test_page_and_static_files(client: Any) -> None:
     assert "//" not in page.text.replace("<!doctype", "")  # no external (CDN) assets
 
 
-@pytest.mark.parametrize("path", ["/ui", "/static/federation.js", "/api/clusters", "/api/placements"])
+API_PATHS = [
+    "/static/federation.js",
+    "/static/charts.js",
+    "/api/clusters",
+    "/api/placements",
+    "/api/tenants",
+    "/api/costs",
+    "/api/utilization",
+]
+
+
+@pytest.mark.parametrize("path", API_PATHS)
 def test_refused_without_credentials(airflow_db: None, path: str) -> None:
     from fastapi.testclient import TestClient
 
@@ -197,3 +216,49 @@ def test_refused_without_credentials(airflow_db: None, path: str) -> None:
     with TestClient(create_app()) as anonymous:
         assert anonymous.get(path).status_code in (401, 403)
         assert anonymous.get(path, headers={"Authorization": "Bearer not-a-token"}).status_code in (401, 403)
+
+
+def test_the_page_signed_out_redirects_to_the_login(airflow_db: None) -> None:
+    """A browser signed out is sent to Airflow's login, which comes back to the page (query kept)."""
+    from airflow.api_fastapi.app import create_auth_manager
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_fedsched.plugins.app import create_app
+
+    create_auth_manager()
+    with TestClient(create_app(), follow_redirects=False) as anonymous:
+        for headers in ({}, {"Authorization": "Bearer not-a-token"}):
+            response = anonymous.get("/ui", params={"dag_id": "etl", "task_id": "load"}, headers=headers)
+            assert response.status_code == 307, response.text
+            location = response.headers["location"]
+            assert location.startswith("/auth/") and "login" in location, location
+            assert "next=%2Ffedsched%2Fui%3Fdag_id%3Detl%26task_id%3Dload" in location
+
+
+def test_rows_show_each_attempts_cost_and_egress_and_mark_a_large_move() -> None:
+    from airflow_provider_fedsched.plugins import history
+
+    value = records.record(clusters=("east-cpu", "north-gpu"))
+    first, second = value["attempts"]
+    # east-cpu never ran the pod (nothing moved, nothing charged); north-gpu ran it for an hour and read
+    # a 1 TB dataset from elsewhere.
+    first.update(cost=0.0, price_per_hour=0.5, egress_gb=1000.0, egress_cost=50.0, running_at=None)
+    second.update(
+        price_per_hour=2.0,
+        egress_gb=1000.0,
+        egress_cost=80.0,
+        running_at=(records.BASE_TIME - timedelta(hours=1)).isoformat(),
+        cost=82.0,
+    )
+    row = history.placement_row(
+        json.dumps(value), dag_id="etl", run_id="r", task_id="load", map_index=-1, recorded_at=None
+    )
+    assert [(a["cluster"], a["cost"], a["egress_gb"], a["egress_cost"]) for a in row["attempts"]] == [
+        ("east-cpu", 0.0, 0.0, 0.0),
+        ("north-gpu", 82.0, 1000.0, 80.0),
+    ]
+    assert row["cost"] == 82.0 and row["egress_gb"] == 1000.0 and row["large_egress"] is True
+    small = history.placement_row(
+        json.dumps(records.record()), dag_id="etl", run_id="r", task_id="x", map_index=-1, recorded_at=None
+    )
+    assert small["egress_gb"] == 0.0 and small["large_egress"] is False

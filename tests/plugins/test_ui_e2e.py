@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from airflow_provider_fedsched.plugins.paths import decision_path
 from tests.plugins.browser import Browser, ensure_chromium
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -51,6 +52,15 @@ TASKS = {
     "train_bert",
 }
 ADMIN = ("admin", "admin")
+TENANTS = [
+    {
+        "name": "team-data",
+        "quota": {"cpu": "200", "memory": "1Ti", "nvidia.com/gpu": 16, "pods": 100},
+        "weight": 1,
+        "budget": {"period": "month", "max_cost": 1000},
+    },
+    {"name": "team-ml", "quota": {"nvidia.com/gpu": 8}, "weight": 3, "reclaimable": True},
+]
 DASHBOARD = "https://dashboard.example/{cluster}/namespaces/{namespace}/pods/{pod}"
 
 
@@ -136,6 +146,8 @@ def airflow_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         spec["policy"]["snapshot_ttl_seconds"] = 600  # the quota incident below stays unseen by the snapshot
         for cluster in spec["clusters"]:  # for the operator's extra link
             cluster["dashboard_url"] = DASHBOARD
+        spec["tenants"] = TENANTS  # the demo's tasks all fall to the default tenant
+        spec["tenant_mapping"] = {"default": "team-data"}
         federation.write_text(yaml.safe_dump(spec, sort_keys=False))
         prepare_etl_namespace(fed)
         # The demo's environment (connections, federation spec, DAG folder) in a home of our own; the test
@@ -214,6 +226,8 @@ def airflow_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
                 return body if status == 200 and body["state"] in ("success", "failed") else None
 
             final = wait_for("the DAG run to finish", finished, 240, processes)
+            # One more snapshot after the run, so that utilization over time has a second point per cluster.
+            assert take_snapshot(env).returncode == 0
             yield {
                 "api": api,
                 "base": base,
@@ -250,6 +264,12 @@ def test_api_shows_the_run(airflow_site: dict[str, Any]) -> None:
     etl = rows["nightly_etl"]
     assert etl["failover"] and etl["attempts"][0]["cluster"] == "east-cpu"
     assert etl["attempts"][0]["outcome"] == "insufficient" and "quota" in etl["attempts"][0]["reason"]
+    # Its data (user-events, 500 GB on east-cpu) moved to the cluster it ran on: a large move, marked.
+    assert etl["attempts"][0]["egress_gb"] == 0.0 and etl["attempts"][0]["cost"] == 0.0
+    assert etl["attempts"][-1]["egress_gb"] == 500.0 and etl["egress_gb"] == 500.0 and etl["large_egress"]
+    assert etl["attempts"][-1]["egress_cost"] == pytest.approx(25.0)  # 500 GB at east-cpu's 0.05 per GB
+    assert etl["attempts"][-1]["cost"] > etl["attempts"][-1]["egress_cost"]  # plus the compute
+    assert not rows["clickstream_rollup"]["large_egress"]  # it ran where its 2 TB are
     assert (
         etl["task_instance_url"]
         == f"/dags/{DAG_ID}/runs/{urllib.parse.quote(airflow_site['run_id'], safe='')}/tasks/nightly_etl"
@@ -275,11 +295,19 @@ def test_the_api_server_shows_the_extra_link_to_the_cluster_the_task_ran_on(
     links = {}
     for row in page["placements"]:
         last = row["attempts"][-1]
-        expected = DASHBOARD.format(cluster=last["cluster"], namespace=last["namespace"], pod=last["pod"])
+        dashboard = DASHBOARD.format(cluster=last["cluster"], namespace=last["namespace"], pod=last["pod"])
+        detail = decision_path(DAG_ID, airflow_site["run_id"], row["task_id"], try_number=row["try_number"])
         status, body = api.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run}/taskInstances/{row['task_id']}/links")
         assert status == 200, body
-        assert body["extra_links"] == {"Federation cluster": expected}, row["task_id"]
-        links[row["task_id"]] = expected
+        # One "Ran on" link per member; only the cluster the try ran on has a URL (the UI shows only it).
+        assert body["extra_links"] == {
+            "Cluster dashboard": dashboard,
+            **{
+                f"Ran on {name}": detail if name == row["cluster"] else None
+                for name in airflow_site["clusters"]
+            },
+        }, row["task_id"]
+        links[row["task_id"]] = dashboard
     assert set(links) == TASKS
     # The failover task links to the cluster it ran on in the end, not to the one it left.
     assert "/east-cpu/" not in links["nightly_etl"]
@@ -295,14 +323,68 @@ def test_the_task_instance_link_is_a_ui_route(airflow_site: dict[str, Any]) -> N
         assert response.status == 200 and '<div id="root"' in response.read().decode()
 
 
-@pytest.mark.parametrize(
-    "path",
-    ["/fedsched/ui", "/fedsched/static/federation.js", "/fedsched/api/clusters", "/fedsched/api/placements"],
-)
+def test_tenants_costs_and_utilization_in_the_deployment(airflow_site: dict[str, Any]) -> None:
+    """The Tenants view's figures are the run's own: the tenant's cost this period is the sum of the
+    cost of every cluster attempt of the run, failed ones included."""
+    api: Api = airflow_site["api"]
+    query = urllib.parse.urlencode({"dag_id": DAG_ID, "run_id": airflow_site["run_id"]})
+    status, page = api.get(f"/fedsched/api/placements?{query}")
+    assert status == 200, page
+    spent = sum(a["cost"] for row in page["placements"] for a in row["attempts"])
+    moved = sum(row["egress_gb"] for row in page["placements"])
+    assert spent > 25.0 and moved >= 500.0
+    status, body = api.get("/fedsched/api/tenants")
+    assert status == 200 and body["error"] is None, body
+    tenants = {row["tenant"]: row for row in body["tenants"]}
+    assert set(tenants) == {"team-data", "team-ml"}
+    assert tenants["team-data"]["cost"] == pytest.approx(spent, abs=1e-5)
+    assert tenants["team-data"]["egress_gb"] == pytest.approx(moved, abs=1e-5)
+    assert tenants["team-data"]["quota"]["cpu"] == "200" and tenants["team-data"]["max_cost"] == 1000
+    assert tenants["team-ml"]["cost"] == 0.0 and tenants["team-ml"]["waiting"] == 0
+    status, costs = api.get("/fedsched/api/costs?by=day&split=tenant")
+    assert status == 200, costs
+    assert [s["tenant"] for s in costs["series"]] == ["team-data"]
+    assert sum(row["cost"] for row in costs["series"][0]["rows"]) == pytest.approx(spent, abs=1e-5)
+    status, utilization = api.get("/fedsched/api/utilization")
+    assert status == 200, utilization
+    assert [c["cluster"] for c in utilization["clusters"]] == airflow_site["clusters"]
+    assert all(len(c["samples"]) >= 2 for c in utilization["clusters"])  # before and after the run
+    status, body = api.get("/fedsched/api/costs?by=planet")
+    assert status == 422 and body["detail"].startswith("by: "), body
+    status, body = api.get("/fedsched/api/utilization?cluster=nowhere")
+    assert status == 422 and body["detail"].startswith("cluster: "), body
+
+
+API_PATHS = [
+    "/fedsched/static/federation.js",
+    "/fedsched/api/clusters",
+    "/fedsched/api/placements",
+    "/fedsched/api/tenants",
+    "/fedsched/api/costs",
+    "/fedsched/api/utilization",
+]
+
+
+@pytest.mark.parametrize("path", API_PATHS)
 def test_anonymous_requests_are_refused(airflow_site: dict[str, Any], path: str) -> None:
     api: Api = airflow_site["api"]
     assert api.get(path, token=False)[0] in (401, 403)
     assert api.get(path, token="forged.jwt.token")[0] in (401, 403)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def test_the_page_signed_out_redirects_to_the_login(airflow_site: dict[str, Any]) -> None:
+    opener = urllib.request.build_opener(_NoRedirect)
+    for headers in ({}, {"Authorization": "Bearer forged.jwt.token"}):
+        request = urllib.request.Request(airflow_site["base"] + "/fedsched/ui?task_id=x", headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            opener.open(request, timeout=30)
+        assert raised.value.code == 307
+        assert raised.value.headers["Location"] == "/auth/login?next=%2Ffedsched%2Fui%3Ftask_id%3Dx"
 
 
 def test_plugin_is_registered(airflow_site: dict[str, Any]) -> None:
@@ -329,7 +411,6 @@ def test_page_in_chromium(airflow_site: dict[str, Any], tmp_path_factory: pytest
         text = browser.text()
         for name in airflow_site["clusters"]:
             assert name in text
-        browser.screenshot(images / "federation-clusters.png")
 
         run = urllib.parse.quote(airflow_site["run_id"], safe="")
         browser.open(
@@ -341,6 +422,14 @@ def test_page_in_chromium(airflow_site: dict[str, Any], tmp_path_factory: pytest
         )
         assert "nightly_etl" in failover_tasks
         assert "failed over" in browser.text()
+        # Cost and egress on every row; the 500 GB move of nightly_etl stands out.
+        large = browser.evaluate(
+            "[...document.querySelectorAll('#placements-table tr.large-egress')].map(tr => tr.dataset.task)"
+        )
+        assert large == ["nightly_etl"]
+        etl_cost = browser.evaluate("document.querySelector('tr[data-task=nightly_etl] td.cost').innerText")
+        assert "500 GB moved" in etl_cost
+        assert browser.evaluate("document.querySelectorAll('#placements-table td.cost').length") == len(TASKS)
         links = browser.evaluate(
             "[...document.querySelectorAll('a.ti-link')].map(a => a.getAttribute('href'))"
         )
@@ -363,3 +452,92 @@ def test_page_in_chromium(airflow_site: dict[str, Any], tmp_path_factory: pytest
             browser.screenshot(images / "federation-in-airflow-ui.png", full_page=False)
         frame_text = browser.evaluate("document.querySelector('iframe').contentDocument.body.innerText")
         assert all(name in frame_text for name in airflow_site["clusters"])
+
+
+def js_money(value: float) -> str:
+    """The page's ``money()``: 2 decimals, 4 below 0.01."""
+    return f"{value:.4f}" if value and abs(value) < 0.01 else f"{value:.2f}"
+
+
+def test_tenants_plots_links_and_login_in_chromium(
+    airflow_site: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    images = screenshot_dir(tmp_path_factory)
+    binary = ensure_chromium()
+    assert binary is not None, "chromium is not installed and could not be installed with apt-get"
+    base, api = airflow_site["base"], airflow_site["api"]
+    _, utilization = api.get("/fedsched/api/utilization")
+    _, tenants = api.get("/fedsched/api/tenants")
+    _, by_tenant = api.get("/fedsched/api/costs?by=day&split=tenant")
+    _, by_dag = api.get("/fedsched/api/costs?by=day&split=dag")
+    points = (
+        "(sel) => [...document.querySelectorAll(sel)]"
+        ".map(n => [n.dataset.series, n.dataset.x, Number(n.dataset.y)])"
+    )
+    with Browser(binary) as browser:
+        browser.set_cookie(base, "_token", api.token)
+        # Utilization over time per cluster: one point per recorded sample, at its value.
+        browser.open(
+            f"{base}/fedsched/ui#clusters",
+            ready="document.querySelectorAll('#utilization-plot circle.point').length > 0",
+        )
+        drawn = browser.evaluate(f"({points})('#utilization-plot circle.point')")
+        recorded = [
+            [c["cluster"], s["at"], s["used_fraction"]["cpu"]]
+            for c in utilization["clusters"]
+            for s in c["samples"]
+            if "cpu" in s["used_fraction"]
+        ]
+        assert drawn == recorded and len(drawn) >= 2 * len(airflow_site["clusters"])
+        browser.screenshot(images / "federation-clusters.png")
+
+        # The Tenants view: the rows of /api/tenants, and cost per day per tenant and per DAG as bars.
+        browser.open(
+            f"{base}/fedsched/ui#tenants",
+            ready="document.querySelectorAll('#tenants-table tr[data-tenant]').length === 2"
+            " && document.querySelectorAll('#cost-by-dag rect.bar').length > 0"
+            " && document.querySelectorAll('#cost-by-tenant rect.bar').length > 0",
+        )
+        for row in tenants["tenants"]:
+            cells = browser.evaluate(
+                f"[...document.querySelector('tr[data-tenant={row['tenant']}]').children]"
+                ".map(td => td.innerText)"
+            )
+            assert cells[0].startswith(row["tenant"]) and cells[5] == str(row["waiting"])
+            assert cells[6].startswith(js_money(row["cost"])), cells
+            for name, quota in row["quota"].items():
+                assert f"{row['used'].get(name, '0')} / {quota}" in cells[2], cells
+        for target, costs, split in (("cost-by-tenant", by_tenant, "tenant"), ("cost-by-dag", by_dag, "dag")):
+            bars = browser.evaluate(f"({points})('#{target} rect.bar')")
+            expected = [
+                [s[split], r["day"], r["cost"]] for s in costs["series"] for r in s["rows"] if r["cost"] > 0
+            ]
+            assert sorted(bars) == sorted(expected) and bars, (bars, costs)
+        assert "team-data" in browser.text() and "team-ml" in browser.text()
+        browser.screenshot(images / "federation-tenants.png")
+
+        # The task's extra link names the cluster and opens the try's decision detail.
+        run = urllib.parse.quote(airflow_site["run_id"], safe="")
+        _, row = api.get(f"/fedsched/api/placements/{DAG_ID}/{run}/nightly_etl")
+        ran_on = f"Ran on {row['cluster']}"
+        links = "[...document.querySelectorAll('a')].filter(a => a.textContent.startsWith('Ran on '))"
+        # The task instance's Details tab lists its extra links (those with a URL).
+        browser.open(
+            f"{base}/dags/{DAG_ID}/runs/{run}/tasks/nightly_etl/details", ready=f"{links}.length > 0"
+        )
+        assert browser.evaluate(f"{links}.map(a => a.textContent)") == [ran_on]
+        browser.screenshot(images / "federation-extra-link.png", full_page=False)
+        href = browser.evaluate(f"{links}[0].getAttribute('href')")
+        assert href == decision_path(
+            DAG_ID, airflow_site["run_id"], "nightly_etl", try_number=row["try_number"]
+        )
+        browser.open(
+            base + href,
+            ready="document.querySelectorAll('#detail table.candidates').length > 0",
+        )
+        assert "Decision detail: example_federated / nightly_etl" in browser.text()
+
+        # Signed out, the page leads to Airflow's login, which is to come back to it.
+        browser.call("Network.clearBrowserCookies")
+        browser.open(f"{base}/fedsched/ui#tenants", ready="location.pathname.startsWith('/auth/login')")
+        assert browser.evaluate("new URLSearchParams(location.search).get('next')") == "/fedsched/ui"

@@ -5,7 +5,7 @@ const PAGE_SIZE = 25;
 // The failure vocabulary (federation/record.py FAILURE_KINDS): outcomes that moved a task elsewhere.
 const LEFT = new Set(["insufficient", "evicted", "unreachable", "misconfigured"]);
 const ENDED_BADLY = new Set(["failed", "lost", "cancelled"]);
-const state = { offset: 0, total: 0, filters: {}, selected: null, live: false };
+const state = { offset: 0, total: 0, filters: {}, selected: null, live: false, largeEgressGb: 100, pendingDetail: null };
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -60,6 +60,17 @@ function liveNote(live) {
 }
 
 const RESOURCE_LABELS = { cpu: "CPU", memory: "Memory", "nvidia.com/gpu": "GPU" };
+
+// Estimated cost (the spec's prices have no currency) and data moved.
+function money(value) {
+  if (value === null || value === undefined) return "–";
+  return value !== 0 && Math.abs(value) < 0.01 ? value.toFixed(4) : value.toFixed(2);
+}
+
+function gigabytes(value) {
+  if (!value) return "0 GB";
+  return value >= 1000 ? `${(value / 1000).toFixed(value >= 10000 ? 0 : 1)} TB` : `${+value.toFixed(1)} GB`;
+}
 
 function capacity(cluster) {
   const names = Object.keys(cluster.total);
@@ -121,7 +132,94 @@ async function loadClusters() {
   const current = select.value;
   select.replaceChildren(el("option", { value: "" }, "any"), ...data.clusters.map((c) => el("option", {}, c.name)));
   select.value = current;
+  await loadUtilization();
   return data.clusters;
+}
+
+async function loadUtilization() {
+  const target = document.getElementById("utilization-plot");
+  const resource = document.getElementById("utilization-resource").value;
+  let data;
+  try {
+    data = await getJSON("api/utilization");
+  } catch (e) {
+    target.replaceChildren(el("p", { class: "notice error" }, `Cannot load utilization: ${e.message}`));
+    return;
+  }
+  const series = data.clusters.map((c) => ({
+    name: c.cluster,
+    points: c.samples.filter((s) => resource in s.used_fraction).map((s) => ({ at: s.at, value: s.used_fraction[resource] })),
+  }));
+  target.replaceChildren(FedCharts.lines(series, { label: `${RESOURCE_LABELS[resource] || resource} utilization per cluster` }));
+}
+
+// --- Tenants -----------------------------------------------------------------------------------------
+function amounts(values) {
+  const names = Object.keys(values || {});
+  if (!names.length) return el("span", { class: "muted" }, "–");
+  return names.map((name) => el("div", { class: "nowrap" }, `${RESOURCE_LABELS[name] || name} ${values[name]}`));
+}
+
+function quotaUse(tenant) {
+  const names = [...new Set([...Object.keys(tenant.quota), ...Object.keys(tenant.used)])];
+  if (!names.length) return el("span", { class: "muted" }, "no quota");
+  return el("table", { class: "capacity" }, el("tbody", {}, names.map((name) =>
+    el("tr", { "data-resource": name }, el("th", {}, RESOURCE_LABELS[name] || name),
+      el("td", { class: "num" }, `${tenant.used[name] ?? "0"} / ${tenant.quota[name] ?? "unlimited"}`)))));
+}
+
+function budgetNote(spent, limit, period, format) {
+  return el("div", { class: "small muted" }, limit === null || limit === undefined
+    ? `this ${period}, no budget` : `of ${format(limit)} this ${period}`);
+}
+
+async function loadTenants() {
+  const body = document.querySelector("#tenants-table tbody");
+  const error = document.getElementById("tenants-error");
+  let data;
+  try {
+    data = await getJSON("api/tenants");
+  } catch (e) {
+    error.hidden = false; error.textContent = `Cannot load tenants: ${e.message}`;
+    return;
+  }
+  error.hidden = !data.error;
+  error.textContent = data.error ? `The tenants cannot be read: ${data.error}` : "";
+  body.replaceChildren();
+  if (!data.tenants.length) {
+    body.append(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "No tenants in the federation spec.")));
+  }
+  for (const t of data.tenants) {
+    const over = t.max_cost !== null && t.cost > t.max_cost;
+    body.append(el("tr", { "data-tenant": t.tenant },
+      el("td", {}, el("strong", {}, t.tenant), t.reclaimable ? el("div", { class: "small muted" }, "may borrow") : null),
+      el("td", { class: "num" }, t.weight),
+      el("td", {}, quotaUse(t)),
+      el("td", { class: "small" }, amounts(t.guaranteed)),
+      el("td", { class: "small" }, Object.keys(t.borrowed).length ? el("span", { class: "badge warn" }, amounts(t.borrowed)) : el("span", { class: "muted" }, "–")),
+      el("td", { class: "num waiting" }, t.waiting),
+      el("td", { class: `num cost${over ? " over" : ""}` }, money(t.cost), budgetNote(t.cost, t.max_cost, t.period, money)),
+      el("td", { class: "num egress" }, gigabytes(t.egress_gb), budgetNote(t.egress_gb, t.max_egress_gb, t.period, gigabytes))));
+  }
+  await Promise.all([costPlot("tenant", "cost-by-tenant"), costPlot("dag", "cost-by-dag")]);
+}
+
+// Cost per day, one stacked series per tenant (or DAG), from the charges of the last COST_DAYS days.
+const COST_DAYS = 14;
+async function costPlot(split, target) {
+  const box = document.getElementById(target);
+  let data;
+  try {
+    data = await getJSON(`api/costs?by=day&split=${split}&days=${COST_DAYS}`);
+  } catch (e) {
+    box.replaceChildren(el("p", { class: "notice error" }, `Cannot load costs: ${e.message}`));
+    return;
+  }
+  document.getElementById("cost-window").textContent = `(last ${COST_DAYS} days, ${data.charges} cluster attempts charged)`;
+  const days = data.rows.map((row) => row.day);
+  const series = data.series.map((s) => ({ name: s[split], values: Object.fromEntries(s.rows.map((row) => [row.day, row.cost])) }));
+  box.replaceChildren(FedCharts.stackedBars(days, series, { label: `cost per day per ${split}`, format: money,
+    none: "No cluster attempt charged in this window." }));
 }
 
 // --- Placement history -------------------------------------------------------------------------------
@@ -136,6 +234,8 @@ function attemptList(row) {
     el("li", {},
       el("strong", {}, a.cluster), " ", outcomeBadge(a.outcome),
       a.resumed_from_checkpoint ? el("span", { class: "badge info" }, "resumed") : null,
+      el("span", { class: `small muted attempt-cost${a.egress_gb >= state.largeEgressGb ? " large" : ""}` },
+        ` cost ${money(a.cost)} · ${gigabytes(a.egress_gb)} moved`),
       LEFT.has(a.outcome) || ENDED_BADLY.has(a.outcome) ? el("span", { class: "reason" }, a.reason) : null)));
 }
 
@@ -152,24 +252,26 @@ async function loadPlacements() {
   try {
     data = await getJSON(`api/placements?${placementsQuery()}`);
   } catch (e) {
-    body.replaceChildren(el("tr", {}, el("td", { colspan: 10, class: "empty" }, `Cannot load placements: ${e.message}`)));
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 11, class: "empty" }, `Cannot load placements: ${e.message}`)));
     return;
   }
   state.total = data.total;
+  state.largeEgressGb = data.large_egress_gb;
   state.live = data.placements.some((row) => row.live);
   body.replaceChildren();
   if (!data.placements.length) {
-    body.append(el("tr", {}, el("td", { colspan: 10, class: "empty" }, "No placement recorded for these filters.")));
+    body.append(el("tr", {}, el("td", { colspan: 11, class: "empty" }, "No placement recorded for these filters.")));
   }
   for (const row of data.placements) {
     const key = [row.dag_id, row.run_id, row.task_id, row.map_index].join("\u0000");
     if (!row.readable) {
       body.append(el("tr", { class: "unreadable" },
         el("td", { class: "small" }, when(row.recorded_at)), taskInstanceCell(row), el("td", { class: "num" }, "–"),
-        el("td", { colspan: 7 }, `unreadable placement record: ${row.error}`)));
+        el("td", { colspan: 8 }, `unreadable placement record: ${row.error}`)));
       continue;
     }
-    const tr = el("tr", { class: [row.failover ? "failover" : "", state.selected === key ? "selected" : ""].join(" ").trim() || null,
+    const classes = [row.failover ? "failover" : "", row.large_egress ? "large-egress" : "", state.selected === key ? "selected" : ""];
+    const tr = el("tr", { class: classes.join(" ").trim() || null,
                           "data-task": row.task_id },
       el("td", { class: "small" }, when(row.recorded_at)),
       taskInstanceCell(row),
@@ -179,6 +281,10 @@ async function loadPlacements() {
       el("td", {}, outcomeBadge(row.outcome), liveNote(row.live)),
       el("td", {}, row.plan_used ? el("span", { class: "badge info" }, "plan") : el("span", { class: "muted" }, "–")),
       el("td", {}, attemptList(row)),
+      el("td", { class: "num cost" }, money(row.cost),
+        el("div", { class: "small" }, row.large_egress
+          ? el("span", { class: "badge warn egress-mark", title: `at least ${gigabytes(state.largeEgressGb)} moved between clusters` }, `${gigabytes(row.egress_gb)} moved`)
+          : el("span", { class: "muted" }, `${gigabytes(row.egress_gb)} moved`))),
       el("td", { class: "num" }, seconds(row.waited_seconds)),
       el("td", { class: "num" }, seconds(row.failover_seconds)),
       el("td", {}, el("button", { type: "button", class: "button secondary", onclick: () => showDetail(row, key) }, "Decision")));
@@ -225,7 +331,8 @@ async function showDetail(row, key) {
   const path = ["api/placements", row.dag_id, row.run_id, row.task_id].map((p, i) => (i ? encodeURIComponent(p) : p)).join("/");
   let detail;
   try {
-    detail = await getJSON(`${path}?map_index=${row.map_index}`);
+    const tryNumber = row.try_number !== undefined && row.try_number !== null ? `&try_number=${row.try_number}` : "";
+    detail = await getJSON(`${path}?map_index=${row.map_index}${tryNumber}`);
   } catch (e) {
     panel.replaceChildren(el("p", { class: "notice error" }, `Cannot load the decision: ${e.message}`));
     return;
@@ -236,6 +343,7 @@ async function showDetail(row, key) {
       el("dt", {}, "Run"), el("dd", { class: "mono" }, detail.run_id),
       el("dt", {}, "Ran on"), el("dd", {}, detail.cluster || "–", " ", outcomeBadge(detail.outcome)),
       el("dt", {}, "Reason"), el("dd", {}, detail.reason || "–"),
+      el("dt", {}, "Cost / egress"), el("dd", {}, `${money(detail.cost)} · ${gigabytes(detail.egress_gb)} moved`),
       el("dt", {}, "Waited / failing over"), el("dd", {}, `${seconds(detail.waited_seconds)} / ${seconds(detail.failover_seconds)}`),
       el("dt", {}, "Task instance"), el("dd", {}, el("a", { href: detail.task_instance_url, target: "_top" }, "open in Airflow"))),
   ];
@@ -255,7 +363,7 @@ async function showDetail(row, key) {
 
 // --- Views and wiring --------------------------------------------------------------------------------
 function show(view) {
-  for (const name of ["clusters", "placements"]) {
+  for (const name of ["clusters", "tenants", "placements"]) {
     document.getElementById(`view-${name}`).hidden = name !== view;
     document.getElementById(`tab-${name}`).setAttribute("aria-selected", String(name === view));
   }
@@ -270,6 +378,14 @@ async function route() {
     for (const input of form.elements) if (input.name) input.value = state.filters[input.name] || "";
     show("placements");
     await loadPlacements();
+    if (state.pendingDetail) {  // opened from a task's "Ran on <cluster>" link
+      const wanted = state.pendingDetail;
+      state.pendingDetail = null;
+      await showDetail(wanted, [wanted.dag_id, wanted.run_id, wanted.task_id, wanted.map_index].join("\u0000"));
+    }
+  } else if (view === "tenants") {
+    show("tenants");
+    await loadTenants();
   } else {
     show("clusters");
     await loadClusters();
@@ -293,6 +409,17 @@ document.addEventListener("DOMContentLoaded", () => {
   window.addEventListener("hashchange", route);
   // While a listed try waits or runs, keep its row current (every 10 s, only while the page is visible).
   setInterval(() => { if (state.live && !document.hidden && !state.selected) loadPlacements(); }, 10000);
+  document.getElementById("utilization-resource").addEventListener("change", loadUtilization);
+  // A task's extra link: the page on that try's decision detail (in the query string, which survives login).
+  const link = new URLSearchParams(location.search);
+  if (link.get("dag_id") && link.get("run_id") && link.get("task_id")) {
+    state.pendingDetail = {
+      dag_id: link.get("dag_id"), run_id: link.get("run_id"), task_id: link.get("task_id"),
+      map_index: Number(link.get("map_index") || -1), try_number: link.get("try_number") ? Number(link.get("try_number")) : null,
+    };
+    const filters = new URLSearchParams({ dag_id: state.pendingDetail.dag_id, run_id: state.pendingDetail.run_id, task_id: state.pendingDetail.task_id });
+    history.replaceState(null, "", `${location.pathname}${location.search}#placements?${filters}`);
+  }
   loadClusters();  // also fills the cluster filter
   route();
 });
