@@ -162,6 +162,8 @@ class Contract(KubernetesPodOperator):
             return None
         record = self._record
         attempt = attempts.adopted_attempt(record, *chosen)
+        # The earlier try may have written it down (its cluster was silent): no sweep may delete it now.
+        self.federation_hook.forget_orphan(attempt.cluster, attempt.namespace, attempt.pod)
         record.attempts.append(attempt)
         record.cluster, record.outcome = attempt.cluster, "running"
         self._save(context)

@@ -390,3 +390,20 @@ def test_a_pod_seen_ended_by_a_trigger_that_never_fired_is_not_run_again(
     assert creates() == 1
     assert "work done" in capfd.readouterr().out
     assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_retry_adopts_the_pod_its_earlier_try_wrote_down_and_takes_it_off_the_list(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+) -> None:
+    """Try 1 gives up on a silent cluster and writes its pod down; try 2 finds the pod running there and
+    adopts it. The pod must leave the orphan list, or the next snapshot would delete work being watched."""
+    dag_id = "fed_outage_lost_retry"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=10):
+        state, record, _ = run(dag_id)
+    assert state == "success" and record is not None
+    assert record["try_number"] == 2
+    (attempt,) = record["attempts"]
+    assert (attempt["cluster"], attempt["outcome"], attempt["adopted"]) == ("east-cpu", "succeeded", True)
+    assert creates() == 1
+    assert FederationHook().orphans("east-cpu") == []
+    assert pods_of(sim_federation, dag_id) == []

@@ -7,7 +7,7 @@ The federation spec comes from ``[fedsched] federation_spec`` (set by the tests'
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG
@@ -135,6 +135,16 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
         annotations=sim(duration=40, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
         **extra,
     )
+
+# Try 1 is lost to an outage, its pod written down; try 2 adopts the pod (test_contract.py).
+federated_dag(
+    "fed_outage_lost_retry",
+    clusters=["east-cpu", "west-general"],
+    unreachable_grace=3,
+    retries=1,
+    retry_delay=timedelta(seconds=15),
+    annotations=sim(duration=300, logs=["work done"]),
+)
 
 # The smaller defects of issue 10.
 federated_dag("fed_cluster_selector", cluster_selector={"gpu": "true"})
