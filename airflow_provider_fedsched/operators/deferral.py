@@ -101,7 +101,9 @@ class Deferral(Contract):
             raise self._trigger_failed(context, attempt, message)
         try:
             if status == "lost" and self._watch.ended_phase is None:
-                raise ClusterLost(ClusterFailure("unreachable", message))
+                # The event may be minutes old: a cluster that answers now is judged by its answer.
+                if not self.pod_manager.observe(attempt.namespace, attempt.pod, events=False).answered:
+                    raise ClusterLost(ClusterFailure("unreachable", message))
             seen = self.pod_manager.read_pod(self.pod_request_obj)  # fresh: the event may be stale
             if not self._pod_ended(seen):
                 document = as_dict(seen)

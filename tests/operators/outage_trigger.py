@@ -34,3 +34,25 @@ class RestartedAfterDoneTrigger(FederatedPodTrigger):
         if AFTER_DONE is not None:
             AFTER_DONE(self.cluster)
         yield await self._watch()
+
+
+SILENCE_ONCE: tuple[Callable[[str], None], Callable[[str], None]] | None = None
+"""Set by the test: (down, up), used by the first :class:`SilentOnceTrigger` that runs, then cleared."""
+
+
+class SilentOnceTrigger(FederatedPodTrigger):
+    """The first one to run finds its cluster silent (a preemptible task's trigger fires ``lost`` at
+    once); the cluster answers again before the task resumes. Later ones are the real trigger."""
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        global SILENCE_ONCE
+        silence, SILENCE_ONCE = SILENCE_ONCE, None
+        if silence is None:
+            async for event in super().run():
+                yield event
+            return
+        down, up = silence
+        down(self.cluster)
+        event = await self._watch()
+        up(self.cluster)
+        yield event

@@ -407,3 +407,32 @@ def test_a_retry_adopts_the_pod_its_earlier_try_wrote_down_and_takes_it_off_the_
     assert creates() == 1
     assert FederationHook().orphans("east-cpu") == []
     assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_lost_event_from_a_cluster_that_answers_again_is_judged_by_a_fresh_read(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """The trigger of a preemptible task fires ``lost`` at its first unanswered read; by the time the task
+    resumes the cluster answers again: the pod is read afresh and watched on, not moved."""
+    from tests.operators import outage_trigger
+
+    dag_id = "fed_lost_then_back"
+    silenced: list[str] = []
+
+    def down(cluster: str) -> None:
+        silenced.append(cluster)
+        sim_federation[cluster].faults.down()
+
+    outage_trigger.SILENCE_ONCE = (down, lambda cluster: sim_federation[cluster].faults.up())
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        outage_trigger.SILENCE_ONCE = None
+        sim_federation["east-cpu"].faults.up()
+    assert silenced == ["east-cpu"]
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
+    output = capfd.readouterr().out
+    assert "the trigger said lost" in output and "work done" in output
+    assert pods_of(sim_federation, dag_id) == []

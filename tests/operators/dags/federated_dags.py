@@ -216,3 +216,21 @@ with DAG("fed_done_then_restarted", start_date=datetime(2026, 1, 1), schedule=No
         container_resources=requests(),
         annotations=sim(duration=5, logs=["work done"]),
     )
+
+
+class _SilentOnceOperator(FederatedKubernetesOperator):
+    trigger_class = "tests.operators.outage_trigger.SilentOnceTrigger"
+
+
+with DAG("fed_lost_then_back", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    _SilentOnceOperator(
+        task_id="work",
+        image="busybox:1.36",
+        clusters=["east-cpu", "west-general"],
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        deferrable=True,
+        poll_interval=0.5,
+        container_resources=requests(),
+        annotations=sim(duration=30, logs=["work done"]),
+    )
