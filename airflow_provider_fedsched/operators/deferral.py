@@ -100,10 +100,13 @@ class Deferral(Contract):
         if status == "error":
             raise self._trigger_failed(context, attempt, message)
         try:
-            if status == "lost" and self._watch.ended_phase is None:
-                # The event may be minutes old: a cluster that answers now is judged by its answer.
-                if not self.pod_manager.observe(attempt.namespace, attempt.pod, events=False).answered:
-                    raise ClusterLost(ClusterFailure("unreachable", message))
+            # A lost event may be minutes old: a cluster that answers now is judged by its answer.
+            if (
+                status == "lost"
+                and self._watch.ended_phase is None
+                and not self.pod_manager.observe(attempt.namespace, attempt.pod, events=False).answered
+            ):
+                raise ClusterLost(ClusterFailure("unreachable", message))
             seen = self.pod_manager.read_pod(self.pod_request_obj)  # fresh: the event may be stale
             if not self._pod_ended(seen):
                 document = as_dict(seen)

@@ -226,3 +226,51 @@ def test_a_try_whose_trigger_never_ran_is_swept_by_the_next_snapshot(
     hook.collect()
     assert sim_federation[cluster].pod(namespace, name) is None
     assert hook.state.deferred.of(cluster) == [] and hook.orphans(cluster) == []
+
+
+def set_ti_state(run_id: str, state: str) -> None:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id, task_id="work").one()
+        ti.state = state
+
+
+def test_a_fenced_pod_that_succeeded_is_kept_for_its_task_instance_until_it_is_finished(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """Soak finding: a preemptible task fenced its pod while the pod's cluster was silent; the pod ran to
+    the end unseen. When the cluster answers, a fenced pod still running is deleted (the task moved on),
+    but one that Succeeded is kept while its task instance may still adopt it (a retry), then deleted."""
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+
+    airflow_harness.load_dag(DAG_FILE, DAG_ID)
+    airflow_harness.serialize_dags()
+    now = datetime.now(UTC)
+    run_id = f"manual__fenced-{now.timestamp():.0f}"
+    airflow_harness.create_dag_run(DAG_ID, run_id, now)
+    east = sim_federation["east-cpu"]
+    spec = {"restartPolicy": "Never", "containers": [{"name": "base", "image": "busybox"}]}
+    for name, duration in (("fenced-done", "1"), ("fenced-running", "6000")):
+        east.create_pod(
+            "default",
+            {"metadata": {"name": name, "annotations": {"sim.fedsched.io/duration": duration}}, "spec": spec},
+        )
+    for name, phase in (("fenced-done", "Succeeded"), ("fenced-running", "Running")):
+        wait_for(lambda n=name, p=phase: (east.pod("default", n) or {}).get("status", {}).get("phase") == p)
+    hook = FederationHook()
+    identity = {"dag_id": DAG_ID, "run_id": run_id, "task_id": "work", "map_index": -1, "fenced": True}
+    for name in ("fenced-done", "fenced-running"):
+        hook.state.deferred.add("east-cpu", "default", name, identity)
+
+    set_ti_state(run_id, "up_for_retry")
+    hook.collect()
+    assert east.pod("default", "fenced-running") is None  # still running: the fence lands
+    assert east.pod("default", "fenced-done") is not None  # its result, for the retry to adopt
+    assert [e["pod"] for e in hook.state.deferred.of("east-cpu")] == ["fenced-done"]
+
+    set_ti_state(run_id, "failed")
+    hook.collect()
+    assert east.pod("default", "fenced-done") is None
+    assert hook.state.deferred.of("east-cpu") == [] and hook.orphans("east-cpu") == []
