@@ -17,64 +17,27 @@ same run:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from airflow_bench import airflow_home, fresh_federation, placement_record, priced_clusters
 
 DAGS = Path(__file__).resolve().parent / "dags" / "bench_failover_dags.py"
 CAP = 180.0
 
 
-def airflow_home() -> None:
-    home = Path(tempfile.mkdtemp(prefix="fedsched-bench-failover-"))
-    os.environ.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS.parent),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",
-            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
-        }
-    )
-    from airflow.utils import db
-
-    db.initdb()
-
-
 def sim_config() -> dict[str, Any]:
-    return {
-        "time_scale": 1.0,
-        "clusters": [
-            {
-                "name": f"c{i:02d}",
-                "region": "r1",
-                "prices": {"cpu_hour": 0.01 * (1 + i), "memory_gib_hour": 0.001 * (1 + i)},
-                "node_pools": [{"name": "p", "count": 3, "cpu": "8", "memory": "32Gi"}],
-            }
-            for i in range(2)
-        ],
-    }
-
-
-def fresh_federation(fed: Any, workdir: Path) -> None:
-    import yaml
-
-    spec = yaml.safe_load((fed.state_dir / "federation.yaml").read_text())
-    spec["name"] = f"bench-{uuid.uuid4().hex[:8]}"
-    path = workdir / f"{spec['name']}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    os.environ["AIRFLOW__FEDSCHED__FEDERATION_SPEC"] = str(path)
+    return priced_clusters(2, {"name": "p", "count": 3, "cpu": "8", "memory": "32Gi"})
 
 
 def running_pod(fed: Any, cluster: str, dag_id: str) -> dict[str, Any] | None:
@@ -88,9 +51,6 @@ def running_pod(fed: Any, cluster: str, dag_id: str) -> dict[str, Any] | None:
 
 def trial(fed: Any, dag: Any) -> dict[str, Any]:
     """Run the DAG; kill c00's API server once its pod runs; bring it back after the run."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
     from airflow_provider_fedsched.sim import wait_for
 
     fault: dict[str, float] = {}
@@ -122,16 +82,8 @@ def trial(fed: Any, dag: Any) -> dict[str, Any]:
     result: dict[str, Any] = {"fault_to_end": ended - fault["at"] if "at" in fault else None}
     dag_run = done.get("run")
     if dag_run is not None:
-        with create_session() as session:
-            row = (
-                session.query(XComModel)
-                .filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, key="fedsched_placement")
-                .one_or_none()
-            )
-            value = None if row is None else XComModel.deserialize_value(row)
-        record = json.loads(value) if isinstance(value, str) else value
         result["state"] = str(dag_run.state)
-        result["record"] = record
+        result["record"] = placement_record(dag.dag_id, dag_run.run_id)
     if "at" in second and "at" in fault:
         result["fault_to_new_pod"] = second["at"] - fault["at"]
     return result
@@ -142,7 +94,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     repeat = 1 if args.quick else 3
-    airflow_home()
+    airflow_home("fedsched-bench-failover-", DAGS.parent, AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT="300")
     from airflow.dag_processing.dagbag import DagBag
 
     from airflow_provider_fedsched.hooks.federation import FederationHook

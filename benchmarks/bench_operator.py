@@ -32,74 +32,24 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from airflow_bench import airflow_home, fresh_federation, placement_record, priced_clusters
+
 DAGS = Path(__file__).resolve().parent / "dags"
 CLUSTERS = 10
 
 
-def airflow_home() -> None:
-    home = Path(tempfile.mkdtemp(prefix="fedsched-bench-op-"))
-    os.environ.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",
-        }
-    )
-    from airflow.utils import db
-
-    db.initdb()
-
-
 def sim_config() -> dict[str, Any]:
-    return {
-        "time_scale": 1.0,
-        "clusters": [
-            {
-                "name": f"c{i:02d}",
-                "region": "r1",
-                # c00 is the cheapest, then c01, ...: the failover target is predictable.
-                "prices": {"cpu_hour": 0.01 * (1 + i), "memory_gib_hour": 0.001 * (1 + i)},
-                "node_pools": [{"name": "p", "count": 50, "cpu": "16", "memory": "64Gi"}],
-            }
-            for i in range(CLUSTERS)
-        ],
-    }
-
-
-def fresh_federation(fed: Any, workdir: Path) -> None:
-    """A new federation name: no snapshot, cooldown or reservation carries over between runs."""
-    import yaml
-
-    spec = yaml.safe_load((fed.state_dir / "federation.yaml").read_text())
-    spec["name"] = f"bench-{uuid.uuid4().hex[:8]}"
-    spec["policy"]["snapshot_ttl_seconds"] = 120
-    path = workdir / f"{spec['name']}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    os.environ["AIRFLOW__FEDSCHED__FEDERATION_SPEC"] = str(path)
+    return priced_clusters(CLUSTERS, {"name": "p", "count": 50, "cpu": "16", "memory": "64Gi"})
 
 
 def run(dag: Any) -> tuple[float, dict[str, Any] | None]:
     """Run the DAG once; return execute->running seconds and the placement record (if any)."""
-    import json
-
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
     from operator_timing import STAMPS
 
     dag_run = dag.test()
     if "running" not in STAMPS:
         raise RuntimeError(f"{dag.dag_id}: the pod never ran ({dag_run.state})")
-    with create_session() as session:
-        row = (
-            session.query(XComModel)
-            .filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, key="fedsched_placement")
-            .one_or_none()
-        )
-        record = None if row is None else XComModel.deserialize_value(row)
-    record = json.loads(record) if isinstance(record, str) else record
-    return STAMPS["running"] - STAMPS["execute"], record
+    return STAMPS["running"] - STAMPS["execute"], placement_record(dag.dag_id, dag_run.run_id)
 
 
 def failover(fed: Any, dag: Any, workdir: Path, incident: str) -> float:
@@ -107,7 +57,7 @@ def failover(fed: Any, dag: Any, workdir: Path, incident: str) -> float:
 
     from airflow_provider_fedsched.hooks.federation import FederationHook
 
-    fresh_federation(fed, workdir)
+    fresh_federation(fed, workdir, snapshot_ttl_seconds=120)
     FederationHook().collect()  # what the federation knows before the incident
     cheapest = fed["c00"]
     fillers: list[str] = []
@@ -147,7 +97,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     repeat = 4 if args.quick else 12
-    airflow_home()
+    airflow_home("fedsched-bench-op-", DAGS)
     from airflow.dag_processing.dagbag import DagBag
 
     from airflow_provider_fedsched.sim import SimFederation
@@ -157,7 +107,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="fedsched-bench-op-spec-"))
     with SimFederation(sim_config()) as fed:
         os.environ.update(fed.airflow_env_vars())
-        fresh_federation(fed, workdir)
+        fresh_federation(fed, workdir, snapshot_ttl_seconds=120)
         run(kpo), run(federated)  # warm up: imports, DAG serialization, first snapshots
         from airflow_provider_fedsched.state.stores import SnapshotStore
 

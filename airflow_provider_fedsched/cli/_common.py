@@ -9,12 +9,15 @@ pays only for what it uses.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,7 @@ from airflow_provider_fedsched.federation.limits import (
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
     from airflow_provider_fedsched.federation.spec import FederationSpec
+    from airflow_provider_fedsched.sim.config import SimConfig
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -44,12 +48,15 @@ __all__ = [
     "key_value",
     "live_snapshots",
     "load_federation",
+    "load_sim_config",
     "load_snapshot_file",
     "parse_duration",
     "parse_time",
     "print_json",
+    "print_state_files",
     "regular_file",
     "silence_stdout",
+    "until_signalled",
 ]
 
 EXIT_OK = 0
@@ -201,6 +208,41 @@ def load_federation(path: str) -> FederationSpec:
         return load_spec(Path(path))
     except SpecError as exc:
         raise UsageError(f"--federation {path}: {exc}") from None
+
+
+def load_sim_config(args: argparse.Namespace) -> SimConfig:
+    """``--config`` (the simulator's three built-in clusters when absent) and ``--time-scale`` of the
+    ``up`` verbs (``sim up``, ``testbed up``)."""
+    from airflow_provider_fedsched.sim.config import SimConfigError, default_config, load_config
+
+    try:
+        config = load_config(args.config) if args.config else default_config()
+    except SimConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if args.time_scale is not None and not 0 < args.time_scale <= 100:
+        raise UsageError(f"--time-scale: must be in (0, 100], got {args.time_scale}")
+    return config
+
+
+@contextlib.contextmanager
+def until_signalled() -> Iterator[threading.Event]:
+    """An event that SIGINT or SIGTERM sets, for a verb that runs in the foreground until stopped; the
+    previous handlers are back on exit."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def print_state_files(state_dir: Path) -> None:
+    """Where an ``up`` verb wrote the files a user points kubectl and Airflow at."""
+    print(
+        f"kubeconfig: {state_dir / 'kubeconfig'}  federation: {state_dir / 'federation.yaml'}  "
+        f"airflow env: {state_dir / 'airflow.env'}"
+    )
 
 
 def load_snapshot_file(path: str) -> dict[str, ClusterSnapshot]:

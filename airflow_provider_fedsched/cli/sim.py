@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import signal
 import sys
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,10 +13,14 @@ from typing import Any
 
 import yaml
 
-from airflow_provider_fedsched.cli._common import UsageError
+from airflow_provider_fedsched.cli._common import (
+    UsageError,
+    load_sim_config,
+    print_state_files,
+    until_signalled,
+)
 from airflow_provider_fedsched.federation.documents import parse_yaml, read_text_file
 from airflow_provider_fedsched.sim.cluster import SimPortInUse
-from airflow_provider_fedsched.sim.config import SimConfigError, default_config, load_config
 from airflow_provider_fedsched.sim.control import FAULT_KINDS
 
 
@@ -53,15 +55,8 @@ def add_parser(subparsers: Any) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     from airflow_provider_fedsched.sim.harness import SimFederation
 
-    try:
-        config = load_config(args.config) if args.config else default_config()
-    except SimConfigError as exc:
-        raise UsageError(str(exc)) from None
-    if args.time_scale is not None and not 0 < args.time_scale <= 100:
-        raise UsageError(f"--time-scale: must be in (0, 100], got {args.time_scale}")
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    config = load_sim_config(args)
+    with until_signalled() as stop:
         try:
             fed = SimFederation(config, state_dir=args.state_dir, time_scale=args.time_scale).start()
         except SimPortInUse as exc:
@@ -71,20 +66,13 @@ def cmd_up(args: argparse.Namespace) -> int:
                 print(
                     f"cluster {handle.name}: {handle.url} (context {handle.name}, conn_id {handle.conn_id})"
                 )
-            state = Path(args.state_dir)
-            print(
-                f"kubeconfig: {state / 'kubeconfig'}  federation: {state / 'federation.yaml'}  "
-                f"airflow env: {state / 'airflow.env'}"
-            )
+            print_state_files(Path(args.state_dir))
             print(f"sim ready: {len(fed.handles)} clusters, time_scale={fed.config.time_scale}", flush=True)
             while not stop.wait(0.5):
                 pass
         finally:
             fed.stop()
         print("sim stopped", flush=True)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     return 0
 
 

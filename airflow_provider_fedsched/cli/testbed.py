@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
 from typing import Any
 
-from airflow_provider_fedsched.cli._common import UsageError
+from airflow_provider_fedsched.cli._common import (
+    UsageError,
+    load_sim_config,
+    print_state_files,
+    until_signalled,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -31,20 +34,12 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from airflow_provider_fedsched.sim.config import SimConfigError, default_config, load_config
     from airflow_provider_fedsched.testbed import KUBERNETES_VERSION, TestbedFederation, TestbedUnavailable
     from airflow_provider_fedsched.testbed.agent import XComUnavailable
     from airflow_provider_fedsched.testbed.processes import StartupError
 
-    try:
-        config = load_config(args.config) if args.config else default_config()
-    except SimConfigError as exc:
-        raise UsageError(str(exc)) from None
-    if args.time_scale is not None and not 0 < args.time_scale <= 100:
-        raise UsageError(f"--time-scale: must be in (0, 100], got {args.time_scale}")
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    config = load_sim_config(args)
+    with until_signalled() as stop:
         fed = TestbedFederation(config, state_dir=args.state_dir, time_scale=args.time_scale)
         try:
             fed.start()
@@ -58,11 +53,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                     f"cluster {handle.name}: {handle.url} (context {handle.name}, conn_id {handle.conn_id}, "
                     f"ready in {handle.cluster.startup_seconds['ready']:.1f}s, {mib:.0f} MiB)"
                 )
-            state = fed.state_dir
-            print(
-                f"kubeconfig: {state / 'kubeconfig'}  federation: {state / 'federation.yaml'}  "
-                f"airflow env: {state / 'airflow.env'}"
-            )
+            print_state_files(fed.state_dir)
             print(
                 f"testbed ready: {len(fed.handles)} clusters, kubernetes={KUBERNETES_VERSION}, "
                 f"in {fed.startup_seconds:.1f}s",
@@ -73,7 +64,4 @@ def cmd_up(args: argparse.Namespace) -> int:
         finally:
             fed.stop()
         print("testbed stopped", flush=True)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -184,6 +185,24 @@ def default_config(time_scale: float = 1.0) -> SimConfig:
     """The default federation of ``defaults.yaml`` (three clusters; see its header)."""
     config = load_config(DEFAULTS_FILE)
     return config.model_copy(update={"time_scale": time_scale})
+
+
+def resolve_config(
+    config: SimConfig | Mapping[str, Any] | str | Path | None, time_scale: float | None = None
+) -> SimConfig:
+    """A federation's config from a :class:`SimConfig`, a mapping, a YAML path, or ``None`` for the default
+    three clusters; ``time_scale``, when given, overrides the config's."""
+    if config is None:
+        cfg = default_config()
+    elif isinstance(config, SimConfig):
+        cfg = config
+    elif isinstance(config, Mapping):
+        cfg = parse_config(dict(config))
+    else:
+        cfg = load_config(config)
+    if time_scale is not None:
+        cfg = cfg.model_copy(update={"time_scale": time_scale})
+    return cfg
 
 
 def conn_id(cluster: str) -> str:

@@ -1,18 +1,20 @@
 """Thread-safe handles on simulated clusters: read objects, inject faults, wait for conditions.
 
 Every call is marshalled onto the simulator's loop thread through a :class:`Marshal` (the federation), so
-tests and sync clients may use them from any thread.
+tests and sync clients may use them from any thread. :class:`MemberHandle` is what they share with the
+test bed's handles (``testbed/handles.py``): each backend reads and writes its cluster its own way.
 """
 
 from __future__ import annotations
 
+import abc
 import copy
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from airflow_provider_fedsched.sim.cluster import Cluster
-from airflow_provider_fedsched.sim.config import conn_id
+from airflow_provider_fedsched.sim.config import ClusterConfig, conn_id
 from airflow_provider_fedsched.sim.control import apply_fault, journal_report, submit_priority_pod
 
 T = TypeVar("T")
@@ -40,6 +42,94 @@ def wait_for(
         time.sleep(interval)
         last = predicate()
     return last
+
+
+class Member(Protocol):
+    """What a handle reads of the cluster it stands for, in either backend."""
+
+    name: str
+    config: ClusterConfig
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def token(self) -> str: ...
+
+
+M = TypeVar("M", bound=Member)
+
+
+class MemberHandle(abc.ABC, Generic[M]):
+    """The calls every backend's cluster handle answers alike: the member's address, credentials and
+    Airflow connection, and waits on its pods. A backend reads pods its own way (:meth:`pod`) and sets how
+    long a wait may take by default and how often it looks (a real API server is slower to answer)."""
+
+    wait_timeout = 10.0
+    wait_interval = 0.02
+
+    def __init__(self, cluster: M) -> None:
+        self.cluster = cluster
+        self.name = cluster.name
+        self.config = cluster.config
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    @property
+    def port(self) -> int:
+        return self.cluster.port
+
+    @property
+    def token(self) -> str:
+        return self.cluster.token
+
+    @property
+    def conn_id(self) -> str:
+        return conn_id(self.name)
+
+    @abc.abstractmethod
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod as the API answers it, or None when there is none."""
+
+    def wait_for_pod(
+        self,
+        namespace: str,
+        name: str,
+        predicate: Callable[[dict[str, Any]], bool],
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Poll the pod until ``predicate`` holds; ``timeout`` defaults to the backend's ``wait_timeout``."""
+
+        def check() -> dict[str, Any]:
+            pod = self.pod(namespace, name)
+            return pod if pod is not None and predicate(pod) else {}
+
+        return wait_for(
+            check,
+            self.wait_timeout if timeout is None else timeout,
+            interval=self.wait_interval,
+            message=f"pod {namespace}/{name} on {self.name}",
+        )
+
+    def wait_for_phase(
+        self, namespace: str, name: str, phase: str, timeout: float | None = None
+    ) -> dict[str, Any]:
+        return self.wait_for_pod(
+            namespace, name, lambda p: p.get("status", {}).get("phase") == phase, timeout
+        )
+
+    def wait_for_gone(self, namespace: str, name: str, timeout: float | None = None) -> None:
+        wait_for(
+            lambda: self.pod(namespace, name) is None,
+            self.wait_timeout if timeout is None else timeout,
+            interval=self.wait_interval,
+            message=f"pod {namespace}/{name} deleted",
+        )
 
 
 class FaultsHandle:
@@ -101,14 +191,12 @@ class SchedulerHandle:
         self._fed.call(self._cluster.scheduler.resume)
 
 
-class ClusterHandle:
+class ClusterHandle(MemberHandle[Cluster]):
     """Thread-safe handle on one simulated cluster."""
 
     def __init__(self, fed: Marshal, cluster: Cluster) -> None:
+        super().__init__(cluster)
         self._fed = fed
-        self.cluster = cluster
-        self.name = cluster.name
-        self.config = cluster.config
         self.faults = FaultsHandle(fed, cluster)
         self.scheduler = SchedulerHandle(fed, cluster)
 
@@ -116,22 +204,6 @@ class ClusterHandle:
     def store(self) -> Any:
         """The raw store; read it through :meth:`call` (it belongs to the simulator thread)."""
         return self.cluster.store
-
-    @property
-    def url(self) -> str:
-        return self.cluster.url
-
-    @property
-    def port(self) -> int:
-        return self.cluster.port
-
-    @property
-    def token(self) -> str:
-        return self.cluster.token
-
-    @property
-    def conn_id(self) -> str:
-        return conn_id(self.name)
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return self._fed.call(fn, *args, **kwargs)
@@ -246,22 +318,3 @@ class ClusterHandle:
             return [line for _, line in buf.lines] if buf else []
 
         return self.call(read)
-
-    def wait_for_pod(
-        self, namespace: str, name: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
-    ) -> dict[str, Any]:
-        def check() -> dict[str, Any]:
-            pod = self.pod(namespace, name)
-            return pod if pod is not None and predicate(pod) else {}
-
-        return wait_for(check, timeout, message=f"pod {namespace}/{name} on {self.name}")
-
-    def wait_for_phase(self, namespace: str, name: str, phase: str, timeout: float = 10.0) -> dict[str, Any]:
-        return self.wait_for_pod(
-            namespace, name, lambda p: p.get("status", {}).get("phase") == phase, timeout
-        )
-
-    def wait_for_gone(self, namespace: str, name: str, timeout: float = 10.0) -> None:
-        wait_for(
-            lambda: self.pod(namespace, name) is None, timeout, message=f"pod {namespace}/{name} deleted"
-        )

@@ -20,14 +20,7 @@ import yaml
 from aiohttp import web
 
 from airflow_provider_fedsched.sim.cluster import Cluster, SimPortInUse
-from airflow_provider_fedsched.sim.config import (
-    SimConfig,
-    conn_id,
-    default_config,
-    federation_spec,
-    load_config,
-    parse_config,
-)
+from airflow_provider_fedsched.sim.config import SimConfig, conn_id, federation_spec, resolve_config
 from airflow_provider_fedsched.sim.control import build_control_app
 from airflow_provider_fedsched.sim.handles import ClusterHandle, SimTimeout, wait_for
 from airflow_provider_fedsched.sim.util import Clock
@@ -36,6 +29,21 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CONTROL = "__control__"
+
+
+def write_federation_files(
+    state_dir: Path, kubeconfig: dict[str, Any], spec: dict[str, Any], airflow_env: str
+) -> None:
+    """``kubeconfig``, ``federation.yaml`` and ``airflow.env`` in ``state_dir``, as both backends write them
+    (the two that hold credentials readable by their owner only)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    kubeconfig_path = state_dir / "kubeconfig"
+    kubeconfig_path.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+    kubeconfig_path.chmod(0o600)
+    (state_dir / "federation.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    env = state_dir / "airflow.env"
+    env.write_text(airflow_env)
+    env.chmod(0o600)
 
 
 class SimFederation:
@@ -52,17 +60,7 @@ class SimFederation:
         state_dir: str | Path | None = None,
         time_scale: float | None = None,
     ) -> None:
-        if config is None:
-            cfg = default_config()
-        elif isinstance(config, SimConfig):
-            cfg = config
-        elif isinstance(config, Mapping):
-            cfg = parse_config(dict(config))
-        else:
-            cfg = load_config(config)
-        if time_scale is not None:
-            cfg = cfg.model_copy(update={"time_scale": time_scale})
-        self.config = cfg
+        cfg = self.config = resolve_config(config, time_scale)
         self.clock = Clock(cfg.time_scale)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if state_dir is None:
@@ -237,15 +235,7 @@ class SimFederation:
         return out
 
     def write_files(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
-        self.kubeconfig_path.chmod(0o600)
-        (self.state_dir / "federation.yaml").write_text(
-            yaml.safe_dump(self.federation_spec(), sort_keys=False)
-        )
-        env = self.state_dir / "airflow.env"
-        env.write_text(self.airflow_env())
-        env.chmod(0o600)
+        write_federation_files(self.state_dir, self.kubeconfig(), self.federation_spec(), self.airflow_env())
         (self.state_dir / "sim.json").write_text(
             json.dumps(
                 {
@@ -258,4 +248,12 @@ class SimFederation:
         )
 
 
-__all__ = ["ClusterHandle", "SimFederation", "SimPortInUse", "SimTimeout", "conn_id", "wait_for"]
+__all__ = [
+    "ClusterHandle",
+    "SimFederation",
+    "SimPortInUse",
+    "SimTimeout",
+    "conn_id",
+    "wait_for",
+    "write_federation_files",
+]

@@ -17,16 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from airflow_provider_fedsched.sim.config import (
-    SimConfig,
-    default_config,
-    federation_spec,
-    load_config,
-    parse_config,
-)
-from airflow_provider_fedsched.sim.harness import conn_id
+from airflow_provider_fedsched.sim.config import SimConfig, federation_spec, resolve_config
+from airflow_provider_fedsched.sim.harness import conn_id, write_federation_files
 from airflow_provider_fedsched.testbed import binaries
 from airflow_provider_fedsched.testbed.agent import PodAgent, ensure_xcom_link
 from airflow_provider_fedsched.testbed.cluster import TestbedCluster
@@ -49,17 +41,7 @@ class TestbedFederation:
         state_dir: str | Path | None = None,
         time_scale: float | None = None,
     ) -> None:
-        if config is None:
-            cfg = default_config()
-        elif isinstance(config, SimConfig):
-            cfg = config
-        elif isinstance(config, Mapping):
-            cfg = parse_config(dict(config))
-        else:
-            cfg = load_config(config)
-        if time_scale is not None:
-            cfg = cfg.model_copy(update={"time_scale": time_scale})
-        self.config = cfg
+        self.config = resolve_config(config, time_scale)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if state_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="fedsched-testbed-")
@@ -184,15 +166,7 @@ class TestbedFederation:
         return "".join(f"{key}='{value}'\n" for key, value in self.airflow_env_vars().items())
 
     def write_files(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
-        self.kubeconfig_path.chmod(0o600)
-        (self.state_dir / "federation.yaml").write_text(
-            yaml.safe_dump(self.federation_spec(), sort_keys=False)
-        )
-        env = self.state_dir / "airflow.env"
-        env.write_text(self.airflow_env())
-        env.chmod(0o600)
+        write_federation_files(self.state_dir, self.kubeconfig(), self.federation_spec(), self.airflow_env())
         (self.state_dir / "testbed.json").write_text(
             json.dumps(
                 {

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from kubernetes import client
 
-from airflow_provider_fedsched.sim.harness import conn_id, wait_for
+from airflow_provider_fedsched.sim.handles import MemberHandle, wait_for
 from airflow_provider_fedsched.testbed.cluster import TestbedCluster, api_dict
 from airflow_provider_fedsched.testbed.stages import EVICT, MANAGED_LABEL
 
@@ -111,15 +111,15 @@ class TestbedScheduler:
         self._cluster.processes["kube-scheduler"].resume()
 
 
-class TestbedClusterHandle:
+class TestbedClusterHandle(MemberHandle[TestbedCluster]):
     """Thread-safe (each call is an HTTPS request) handle on one test-bed member."""
 
     __test__ = False
+    wait_timeout = 30.0
+    wait_interval = 0.1
 
     def __init__(self, cluster: TestbedCluster) -> None:
-        self.cluster = cluster
-        self.name = cluster.name
-        self.config = cluster.config
+        super().__init__(cluster)
         self.api = client.ApiClient(cluster.client_config())
         self.core = client.CoreV1Api(self.api)
         self.faults = TestbedFaults(self)
@@ -127,25 +127,9 @@ class TestbedClusterHandle:
         self._audit_offset = 0
 
     @property
-    def url(self) -> str:
-        return self.cluster.url
-
-    @property
-    def port(self) -> int:
-        return self.cluster.port
-
-    @property
-    def token(self) -> str:
-        return self.cluster.token
-
-    @property
     def tokens(self) -> list[str]:
         """Every credential of this member: none may reach a log or an XCom."""
         return [self.cluster.token, self.cluster.provider_token]
-
-    @property
-    def conn_id(self) -> str:
-        return conn_id(self.name)
 
     def _plain(self, obj: Any) -> Any:
         return api_dict(self.api, obj)
@@ -281,26 +265,3 @@ class TestbedClusterHandle:
     def reset_request_counts(self) -> None:
         path = self.cluster.root / "logs" / "audit.log"
         self._audit_offset = path.stat().st_size if path.exists() else 0
-
-    # -- waiting ------------------------------------------------------------------------------------
-    def wait_for_pod(
-        self, namespace: str, name: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30.0
-    ) -> dict[str, Any]:
-        def check() -> dict[str, Any]:
-            pod = self.pod(namespace, name)
-            return pod if pod is not None and predicate(pod) else {}
-
-        return wait_for(check, timeout, interval=0.1, message=f"pod {namespace}/{name} on {self.name}")
-
-    def wait_for_phase(self, namespace: str, name: str, phase: str, timeout: float = 30.0) -> dict[str, Any]:
-        return self.wait_for_pod(
-            namespace, name, lambda p: p.get("status", {}).get("phase") == phase, timeout
-        )
-
-    def wait_for_gone(self, namespace: str, name: str, timeout: float = 30.0) -> None:
-        wait_for(
-            lambda: self.pod(namespace, name) is None,
-            timeout,
-            interval=0.1,
-            message=f"pod {namespace}/{name} deleted",
-        )

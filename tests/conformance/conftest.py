@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from airflow_provider_fedsched.sim import wait_for
 from airflow_provider_fedsched.testbed import TestbedFederation
 from airflow_provider_fedsched.testbed.handles import TestbedClusterHandle
 from airflow_provider_fedsched.testbed.stages import MANAGED_LABEL
 from tests.operators.conftest import federation  # noqa: F401 - the operator scenarios' spec fixture
+from tests.sim.conftest import east, solo  # noqa: F401 - clients of this folder's fed and small_fed
 
 # Pod run and start durations run 4x faster than written (Kubernetes' own timers stay real).
 TIME_SCALE = 0.25
@@ -129,21 +130,3 @@ def reset(handle: TestbedClusterHandle, timeout: float = 120.0) -> None:
         )
 
     wait_for(fresh, timeout, interval=0.2, message="the shared solo cluster back to a fresh state")
-
-
-def core_api(fed: TestbedFederation, context: str) -> client.CoreV1Api:
-    return client.CoreV1Api(config.new_client_from_config(str(fed.kubeconfig_path), context=context))
-
-
-@pytest.fixture
-def east(fed: TestbedFederation) -> Iterator[client.CoreV1Api]:
-    api = core_api(fed, "east-cpu")
-    yield api
-    api.api_client.close()
-
-
-@pytest.fixture
-def solo(small_fed: TestbedFederation) -> Iterator[client.CoreV1Api]:
-    api = core_api(small_fed, "solo")
-    yield api
-    api.api_client.close()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kubernetes import client, config
 
 from airflow_provider_fedsched.sim import SimFederation
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.testbed import TestbedFederation
 
 # Everything simulated runs 50x faster: 1 s pod runs take 20 ms, 30 s grace periods 0.6 s.
 TIME_SCALE = 0.02
@@ -36,7 +39,8 @@ def small_fed() -> Iterator[SimFederation]:
         yield federation
 
 
-def core_api(federation: SimFederation, context: str) -> client.CoreV1Api:
+def core_api(federation: SimFederation | TestbedFederation, context: str) -> client.CoreV1Api:
+    """A client of one context of the federation's kubeconfig (tests/conformance uses these fixtures too)."""
     return client.CoreV1Api(config.new_client_from_config(str(federation.kubeconfig_path), context=context))
 
 
