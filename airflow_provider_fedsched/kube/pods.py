@@ -262,13 +262,16 @@ class FederatedPodManager(PodManager):
 
     def read_pod_logs(self, pod: k8s.V1Pod, container_name: str, *args: Any, **kwargs: Any) -> Any:
         """Log streams get a bounded read timeout too: a silent, dead connection is given up within
-        :data:`LOG_READ_TIMEOUT` (KubernetesPodOperator then reads the pod, which waits within the grace)."""
+        :data:`LOG_READ_TIMEOUT` (KubernetesPodOperator then reads the pod, which waits within the grace).
+        One call, without the provider's retry with backoff (15 s and more): that would hide a cluster
+        that stopped answering from the attempt's grace, and from a preemptible task's failover."""
         connect, read = kwargs.get("_request_timeout") or (None, None)
         kwargs["_request_timeout"] = (
             min(connect or 30.0, 30.0),
             min(read or LOG_READ_TIMEOUT, LOG_READ_TIMEOUT),
         )
-        return super().read_pod_logs(pod, container_name, *args, **kwargs)
+        once = getattr(PodManager.read_pod_logs, "__wrapped__", PodManager.read_pod_logs)
+        return once(self, pod, container_name, *args, **kwargs)
 
     # Writes ------------------------------------------------------------------------------------------
     def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
