@@ -87,9 +87,6 @@ def sweep_ended_tries(hook: HookParts, cluster: str) -> None:
 
     now = time.time()
     for entry in hook.state.deferred.of(cluster):
-        if entry.get("fenced"):
-            _sweep_fenced(hook, cluster, entry)
-            continue
         if now - float(entry["since"]) < ENDED_TRY_AGE:
             continue
         try:
@@ -108,36 +105,6 @@ def sweep_ended_tries(hook: HookParts, cluster: str) -> None:
         )
         hook.state.orphans.add(cluster, entry["namespace"], entry["pod"], entry["kind"])
         hook.state.deferred.forget(cluster, entry["namespace"], entry["pod"], entry["kind"])
-
-
-def _sweep_fenced(hook: HookParts, cluster: str, entry: dict[str, Any]) -> None:
-    """A preemptible task's pod fenced while its cluster was silent, now that the cluster answers: one
-    still running is deleted (its task moved on); one that Succeeded meanwhile is kept for its task
-    instance to adopt (a retry, or the try that comes back to this cluster: the work is not run twice)
-    until that task instance is finished."""
-    from kubernetes import client
-
-    from airflow_provider_fedsched.hooks.tries import FINISHED, state_if_over
-    from airflow_provider_fedsched.kube.clients import shared_sync_client
-    from airflow_provider_fedsched.kube.pods import is_gone
-
-    namespace, name = entry["namespace"], entry["pod"]
-    try:
-        api = client.CoreV1Api(shared_sync_client(hook.access(cluster)))
-        pod = api.read_namespaced_pod(name, namespace, _request_timeout=hook.snapshot_timeout)
-        phase = pod.status.phase if pod.status is not None else None
-        if phase == "Succeeded":
-            args = (entry["dag_id"], entry["run_id"], entry["task_id"], entry["map_index"])
-            if state_if_over(*args, states=FINISHED) is None:
-                return  # its result, for the task instance to adopt
-    except Exception as exc:
-        if not is_gone(exc):
-            hook.log.debug("Cannot judge fenced pod %s/%s in %s: %s", namespace, name, cluster, exc)
-            return
-        hook.state.deferred.forget(cluster, namespace, name)
-        return
-    hook.state.orphans.add(cluster, namespace, name)
-    hook.state.deferred.forget(cluster, namespace, name)
 
 
 def snapshots(

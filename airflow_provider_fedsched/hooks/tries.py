@@ -10,27 +10,21 @@ TRY_OVER = frozenset(
 ``queued``/``scheduled``: that is a resumption in progress (and ``dag.test`` runs triggers while queued)."""
 
 
-FINISHED = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
-"""Task instance states after which no try of it will come (unless a user clears it)."""
-
-
-def state_if_over(
-    dag_id: str, run_id: str, task_id: str, map_index: int | None, states: frozenset[str] = TRY_OVER
-) -> str | None:
-    """The task instance's state when it is one of ``states`` (by default: its try is over), else None.
-    Raises when this process can ask no one."""
+def state_if_over(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str | None:
+    """The task instance's state when its try is over (:data:`TRY_OVER`), else None. Raises when this
+    process can ask no one."""
     from airflow.sdk.execution_time import task_runner
 
     mapped = map_index if map_index is not None and map_index >= 0 else None
     if hasattr(task_runner, "SUPERVISOR_COMMS"):
-        found = task_runner.RuntimeTaskInstance.get_task_states(
+        states = task_runner.RuntimeTaskInstance.get_task_states(
             dag_id=dag_id, map_index=mapped, task_ids=[task_id], run_ids=[run_id]
         )
         key = task_id if mapped is None else f"{task_id}_{mapped}"
-        state = (found.get(run_id) or {}).get(key)
+        state = (states.get(run_id) or {}).get(key)
     else:
         state = _state_from_the_database(dag_id, run_id, task_id, -1 if mapped is None else mapped)
-    return str(state) if state is not None and str(state) in states else None
+    return str(state) if state is not None and str(state) in TRY_OVER else None
 
 
 def _state_from_the_database(dag_id: str, run_id: str, task_id: str, map_index: int) -> str | None:

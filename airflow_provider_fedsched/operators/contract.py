@@ -164,7 +164,6 @@ class Contract(KubernetesPodOperator):
         attempt = attempts.adopted_attempt(record, *chosen)
         # The earlier try may have written it down (its cluster was silent): no sweep may delete it now.
         self.federation_hook.forget_orphan(attempt.cluster, attempt.namespace, attempt.pod)
-        self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
         record.attempts.append(attempt)
         record.cluster, record.outcome = attempt.cluster, "running"
         self._save(context)
@@ -302,9 +301,7 @@ class Contract(KubernetesPodOperator):
         if failure.kind == "unreachable" and self._created is not False:
             # The pod may still run: fence it; only a preemptible task may start its work elsewhere.
             gone = self.pod_manager.remove(attempt.namespace, attempt.pod, within=0.0)
-            if not gone and self.preemptible and context is not None:
-                self._fence_moved(context, attempt)
-            elif not gone:
+            if not gone:
                 self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
             if not self.preemptible:
                 reason = (
@@ -322,20 +319,6 @@ class Contract(KubernetesPodOperator):
                 return FederationError(reason)
         self._leave(context, attempt, failure)
         return ClusterLeft(failure)
-
-    def _fence_moved(self, context: Any, attempt: Attempt) -> None:
-        """Written down with its task instance: deleted when its cluster answers if it still runs, kept
-        for this task instance to adopt if it Succeeded meanwhile (``hooks/sensing._sweep_fenced``)."""
-        ti = context["ti"]
-        identity = {
-            "dag_id": ti.dag_id,
-            "run_id": ti.run_id,
-            "task_id": ti.task_id,
-            "map_index": ti.map_index,
-        }
-        self.federation_hook.state.deferred.add(
-            attempt.cluster, attempt.namespace, attempt.pod, {**identity, "fenced": True}
-        )
 
     def _ended_unread(
         self, context: Any, attempt: Attempt, failure: ClusterFailure, phase: str
