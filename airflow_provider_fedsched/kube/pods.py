@@ -271,7 +271,17 @@ class FederatedPodManager(PodManager):
             min(read or LOG_READ_TIMEOUT, LOG_READ_TIMEOUT),
         )
         once = getattr(PodManager.read_pod_logs, "__wrapped__", PodManager.read_pod_logs)
-        return once(self, pod, container_name, *args, **kwargs)
+        while True:  # a silent cluster is waited for within the attempt's grace, as for reads
+            try:
+                return once(self, pod, container_name, *args, **kwargs)
+            except Exception as exc:
+                if is_gone(exc) or not unanswered(exc):
+                    raise
+                waited = self.watch.unanswered(exc)
+                if waited >= self.watch.limit or self.watch.gave_up:
+                    self.watch.gave_up = True
+                    raise ClusterLost(self.unreachable(exc, waited)) from exc
+                time.sleep(min(2.0, max(0.05, self.watch.limit - waited)))
 
     # Writes ------------------------------------------------------------------------------------------
     def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
