@@ -11,9 +11,9 @@ done once it is confirmed.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
 from kubernetes.client import models as k8s
@@ -23,6 +23,8 @@ from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TASK_LABEL
 
 LOG_READ_TIMEOUT = 60.0
 """Seconds a log stream may stay silent before it is reopened (and the pod read again)."""
+T = TypeVar("T")
+
 CONFIRM_INTERVAL = 0.5
 """Seconds between reads while confirming a deletion or watching a pod start."""
 
@@ -196,10 +198,19 @@ class FederatedPodManager(PodManager):
         the watch's grace runs out (:class:`ClusterLost`). KubernetesPodOperator's own loops (start-up,
         logs, completion) all read through here."""
         name, namespace = pod.metadata.name, pod.metadata.namespace
+        remote = self._answered(lambda: self._client.read_namespaced_pod(name, namespace), f"pod {name}")
+        self.watch.last_pod = remote
+        self.watch.seen(remote.status.phase if remote.status else None)
+        self._check_node(remote)
+        return remote
+
+    def _answered(self, call: Callable[[], T], about: str) -> T:
+        """``call()`` until the cluster answers it; :class:`ClusterLost` once the watch's limit passes
+        without an answer. Any answer other than silence (a 404, a 403, the result) ends the wait."""
         noted = 0.0
         while True:
             try:
-                remote = self._client.read_namespaced_pod(name, namespace)
+                result = call()
                 break
             except Exception as exc:
                 if is_gone(exc) or not unanswered(exc):
@@ -211,21 +222,18 @@ class FederatedPodManager(PodManager):
                 if waited - noted >= 10 or not noted:
                     noted = waited or 0.001
                     self.log.warning(
-                        "Cluster %s does not answer about pod %s (%.0fs, waiting up to %.0fs): %s",
+                        "Cluster %s does not answer about %s (%.0fs, waiting up to %.0fs): %s",
                         self.cluster,
-                        name,
+                        about,
                         waited,
                         self.watch.limit,
                         self.reason(exc),
                     )
                 time.sleep(min(2.0, max(0.05, self.watch.limit - waited)))
         if self.watch.unanswered_since is not None:
-            self.log.info("Cluster %s answers again: reattached to pod %s", self.cluster, name)
+            self.log.info("Cluster %s answers again: reattached to %s", self.cluster, about)
         self.watch.answered()
-        self.watch.last_pod = remote
-        self.watch.seen(remote.status.phase if remote.status else None)
-        self._check_node(remote)
-        return remote
+        return result
 
     def _check_node(self, remote: k8s.V1Pod) -> None:
         """A running pod whose node stopped reporting is waited for within the grace, then given up."""
@@ -262,26 +270,18 @@ class FederatedPodManager(PodManager):
 
     def read_pod_logs(self, pod: k8s.V1Pod, container_name: str, *args: Any, **kwargs: Any) -> Any:
         """Log streams get a bounded read timeout too: a silent, dead connection is given up within
-        :data:`LOG_READ_TIMEOUT` (KubernetesPodOperator then reads the pod, which waits within the grace).
-        One call, without the provider's retry with backoff (15 s and more): that would hide a cluster
-        that stopped answering from the attempt's grace, and from a preemptible task's failover."""
+        :data:`LOG_READ_TIMEOUT`. A cluster that does not answer is waited for within the attempt's grace,
+        as for pod reads, in place of the provider's retry with backoff (15 s and more), which would hide
+        it from the grace and from a preemptible task's failover."""
         connect, read = kwargs.get("_request_timeout") or (None, None)
         kwargs["_request_timeout"] = (
             min(connect or 30.0, 30.0),
             min(read or LOG_READ_TIMEOUT, LOG_READ_TIMEOUT),
         )
         once = getattr(PodManager.read_pod_logs, "__wrapped__", PodManager.read_pod_logs)
-        while True:  # a silent cluster is waited for within the attempt's grace, as for reads
-            try:
-                return once(self, pod, container_name, *args, **kwargs)
-            except Exception as exc:
-                if is_gone(exc) or not unanswered(exc):
-                    raise
-                waited = self.watch.unanswered(exc)
-                if waited >= self.watch.limit or self.watch.gave_up:
-                    self.watch.gave_up = True
-                    raise ClusterLost(self.unreachable(exc, waited)) from exc
-                time.sleep(min(2.0, max(0.05, self.watch.limit - waited)))
+        return self._answered(
+            lambda: once(self, pod, container_name, *args, **kwargs), f"the logs of pod {pod.metadata.name}"
+        )
 
     # Writes ------------------------------------------------------------------------------------------
     def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
@@ -303,18 +303,17 @@ class FederatedPodManager(PodManager):
         attempt's grace while the cluster does not answer; raises :class:`PodNotDeleted` if it never did
         (the operator then writes the pod down as an orphan: no pod outlives its try)."""
         namespace, name = pod.metadata.namespace, pod.metadata.name
-        deadline = time.monotonic() + self.watch.limit
         self.removed.add((namespace, name))
-        while True:
-            try:
-                self._client.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        try:
+            self._answered(
+                lambda: self._client.delete_namespaced_pod(name, namespace, grace_period_seconds=0),
+                f"the deletion of pod {name}",
+            )
+        except Exception as exc:
+            if is_gone(exc):
                 return
-            except Exception as exc:
-                if is_gone(exc):
-                    return
-                if not unanswered(exc) or time.monotonic() >= deadline:
-                    raise PodNotDeleted(self.cluster, namespace, name, self.reason(exc)) from exc
-            time.sleep(CONFIRM_INTERVAL)
+            cause = exc.__cause__ if isinstance(exc, ClusterLost) and exc.__cause__ else exc
+            raise PodNotDeleted(self.cluster, namespace, name, self.reason(cause)) from exc
 
     def remove(self, namespace: str, name: str, *, within: float) -> bool:
         """Delete the pod (no grace period: it must never start later) and confirm it is gone within

@@ -160,15 +160,23 @@ class Contract(KubernetesPodOperator):
                 self.federation_hook.add_orphan(cluster, metadata.namespace, metadata.name)
         if chosen is None:
             return None
-        record = self._record
-        attempt = attempts.adopted_attempt(record, *chosen)
+        return self._adopt(context, attempts.adopted_attempt(self._record, *chosen), "pod")
+
+    def _adopt(self, context: Any, attempt: Attempt, kind: str) -> Attempt:
+        """Watch an earlier try's pod (or Job) to its end as this try's attempt."""
         # The earlier try may have written it down (its cluster was silent): no sweep may delete it now.
-        self.federation_hook.forget_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+        self.federation_hook.forget_orphan(attempt.cluster, attempt.namespace, attempt.pod, kind)
+        record = self._record
         record.attempts.append(attempt)
         record.cluster, record.outcome = attempt.cluster, "running"
         self._save(context)
         self.log.info(
-            "Adopting pod %s/%s in %s: %s", attempt.namespace, attempt.pod, attempt.cluster, attempt.decision
+            "Adopting %s %s/%s in %s: %s",
+            kind,
+            attempt.namespace,
+            attempt.pod,
+            attempt.cluster,
+            attempt.decision,
         )
         return attempt
 

@@ -349,21 +349,12 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                 self._fence(cluster, metadata["namespace"], metadata["name"])
         if chosen is None:
             return None
-        record = self._record
-        attempt = attempts.adopted_attempt(record, *chosen)
+        attempt = attempts.adopted_attempt(self._record, *chosen)
         attempt.running_at = attempt.started_at  # its gang was placed: a missing Job is not a fresh start
         tried = (chosen[1]["metadata"].get("labels") or {}).get(TRY_LABEL) or "?"
         done = "had already completed" if GangView(chosen[1]).complete else "was still running"
         attempt.decision = f"adopted the job of try {tried} (it {done})"
-        # Watched again to its end: an earlier try's fence must not delete the work it adopts.
-        self.federation_hook.forget_orphan(attempt.cluster, attempt.namespace, attempt.pod, kind="job")
-        record.attempts.append(attempt)
-        record.cluster, record.outcome = attempt.cluster, "running"
-        self._save(context)
-        self.log.info(
-            "Adopting job %s/%s in %s: %s", attempt.namespace, attempt.pod, attempt.cluster, attempt.decision
-        )
-        return attempt
+        return self._adopt(context, attempt, "job")
 
     def _cancel(self) -> None:
         """The task was ended (UI, API, timeout): delete the Job with its pods where it runs; a Job not

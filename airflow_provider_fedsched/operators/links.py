@@ -86,6 +86,9 @@ class ClusterDashboardLink(BaseOperatorLink):
         return member.dashboard_link(attempt.namespace, attempt.pod) or ""
 
 
+_LINKS = "_fedsched_extra_links"
+
+
 class FederationLinks:
     """The ``operator_extra_links`` of a federated operator: on the class (a mapped task's view), the
     generic decision link and the dashboard; on a task, one "Ran on" link per member of its federation."""
@@ -95,6 +98,14 @@ class FederationLinks:
         # A mapped task's links were named from the class: its expanded tries keep those names.
         if operator is None or getattr(operator, "_BaseOperator__from_mapped", False):
             return (FederatedClusterLink(), dashboard)
+        links: tuple[BaseOperatorLink, ...] | None = operator.__dict__.get(_LINKS)
+        if links is None:
+            # Serializing one task asks several times: its spec is read once per task and parse.
+            links = operator.__dict__[_LINKS] = self._named(operator, dashboard)
+        return links
+
+    @staticmethod
+    def _named(operator: Any, dashboard: BaseOperatorLink) -> tuple[BaseOperatorLink, ...]:
         try:
             # The task's hook when it has one (a running try); else a passing one, so that parsing the DAG
             # leaves nothing cached on the task.

@@ -161,76 +161,60 @@ federated_dag(
 )
 
 
+def trigger_dag(dag_id: str, operator: type[FederatedKubernetesOperator], **operator_args: Any) -> DAG:
+    """A deferrable task on east-cpu or west-general whose operator defers to a test trigger."""
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False) as dag:
+        operator(
+            task_id="work",
+            image="busybox:1.36",
+            clusters=["east-cpu", "west-general"],
+            deferrable=True,
+            poll_interval=0.5,
+            container_resources=requests(),
+            **operator_args,
+        )
+    return dag
+
+
 class _CrashingTriggerOperator(FederatedKubernetesOperator):
     trigger_class = "tests.operators.crashing_trigger.CrashingPodTrigger"
 
 
-with DAG("fed_trigger_fails", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
-    _CrashingTriggerOperator(
-        task_id="work",
-        image="busybox:1.36",
-        clusters=["east-cpu", "west-general"],
-        deferrable=True,
-        poll_interval=0.5,
-        container_resources=requests(),
-        annotations=sim(duration=600),
-    )
+trigger_dag("fed_trigger_fails", _CrashingTriggerOperator, annotations=sim(duration=600))
+
+# Deferred preemptible tasks whose pod ended, or whose cluster went silent, at a moment the test trigger
+# chooses (test_contract.py): a result known is never run again, a cluster that answers is believed.
+PREEMPTIBLE = {"preemptible": True, "checkpoint": "s3://bucket/ckpt"}
 
 
-# A deferred preemptible task whose pod ended, seen by its trigger, just before its cluster went silent:
-# the result is known, so the work is never started again (test_contract.py).
 class _OutageAfterDoneOperator(FederatedKubernetesOperator):
     trigger_class = "tests.operators.outage_trigger.OutageAfterDoneTrigger"
-
-
-for name, grace in (("short", 60), ("long", 2)):
-    with DAG(f"fed_done_then_silent_{name}", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
-        _OutageAfterDoneOperator(
-            task_id="work",
-            image="busybox:1.36",
-            clusters=["east-cpu", "west-general"],
-            preemptible=True,
-            checkpoint="s3://bucket/ckpt",
-            unreachable_grace=grace,
-            deferrable=True,
-            poll_interval=0.5,
-            container_resources=requests(),
-            annotations=sim(duration=5, logs=["work done"]),
-        )
 
 
 class _RestartedAfterDoneOperator(FederatedKubernetesOperator):
     trigger_class = "tests.operators.outage_trigger.RestartedAfterDoneTrigger"
 
 
-with DAG("fed_done_then_restarted", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
-    _RestartedAfterDoneOperator(
-        task_id="work",
-        image="busybox:1.36",
-        clusters=["east-cpu", "west-general"],
-        preemptible=True,
-        checkpoint="s3://bucket/ckpt",
-        unreachable_grace=60,
-        deferrable=True,
-        poll_interval=0.5,
-        container_resources=requests(),
-        annotations=sim(duration=5, logs=["work done"]),
-    )
-
-
 class _SilentOnceOperator(FederatedKubernetesOperator):
     trigger_class = "tests.operators.outage_trigger.SilentOnceTrigger"
 
 
-with DAG("fed_lost_then_back", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
-    _SilentOnceOperator(
-        task_id="work",
-        image="busybox:1.36",
-        clusters=["east-cpu", "west-general"],
-        preemptible=True,
-        checkpoint="s3://bucket/ckpt",
-        deferrable=True,
-        poll_interval=0.5,
-        container_resources=requests(),
-        annotations=sim(duration=30, logs=["work done"]),
+DONE = sim(duration=5, logs=["work done"])
+for name, grace in (("short", 60), ("long", 2)):
+    trigger_dag(
+        f"fed_done_then_silent_{name}",
+        _OutageAfterDoneOperator,
+        unreachable_grace=grace,
+        annotations=DONE,
+        **PREEMPTIBLE,
     )
+trigger_dag(
+    "fed_done_then_restarted",
+    _RestartedAfterDoneOperator,
+    unreachable_grace=60,
+    annotations=DONE,
+    **PREEMPTIBLE,
+)
+trigger_dag(
+    "fed_lost_then_back", _SilentOnceOperator, annotations=sim(duration=30, logs=["work done"]), **PREEMPTIBLE
+)
