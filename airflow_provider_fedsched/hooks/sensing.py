@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.kube.access import ClusterAccess, ClusterAccessError
 from airflow_provider_fedsched.kube.snapshots import collect_snapshots, delete_pods, self_inflicted
-from airflow_provider_fedsched.state.stores import ORPHAN_KINDS
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.parts import HookParts
@@ -54,10 +53,10 @@ async def acollect(hook: HookParts, clusters: Iterable[str] | None) -> dict[str,
         hook.state.quota_limits.put(cluster, found_limits)
     for access in reachable:
         found = results.get(access.cluster)
-        if found is not None and found.reachable:
-            sweep_ended_tries(hook, access.cluster)
-        for kind in ORPHAN_KINDS if found is not None and found.reachable else ():
-            orphans = hook.state.orphans.of(access.cluster, kind)
+        if found is None or not found.reachable:
+            continue
+        sweep_ended_tries(hook, access.cluster)
+        for kind, orphans in hook.state.orphans.by_kind(access.cluster).items():
             for namespace, name in (
                 await delete_pods(access, orphans, hook.snapshot_timeout, kind) if orphans else []
             ):

@@ -329,9 +329,17 @@ class OrphanStore(_Store):
 
     def of(self, cluster: str, kind: str = "pod") -> list[tuple[str, str]]:
         """``(namespace, name)`` of the orphans of ``kind`` in ``cluster``."""
+        return self.by_kind(cluster)[kind]
+
+    def by_kind(self, cluster: str) -> dict[str, list[tuple[str, str]]]:
+        """Every orphan of ``cluster`` (one read), as ``(namespace, name)`` per kind."""
         found = self.backend.get_many(self._key("orphan", cluster) + "/")
         entries = [read_stored(key, raw or None, _orphan_of_kind) for key, raw in found.items()]
-        return [(entry[1], entry[2]) for entry in entries if entry is not None and entry[0] == kind]
+        kinds: dict[str, list[tuple[str, str]]] = {kind: [] for kind in ORPHAN_KINDS}
+        for entry in entries:
+            if entry is not None:
+                kinds[entry[0]].append((entry[1], entry[2]))
+        return kinds
 
     def forget(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
         self.backend.delete(self._orphan_key(cluster, namespace, pod, kind))
