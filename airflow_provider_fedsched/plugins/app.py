@@ -58,14 +58,17 @@ def _federation_hook() -> Any:
     return FederationHook()
 
 
-def _from_federation(key: str, read: Callable[[Any, datetime], list[dict[str, Any]]]) -> dict[str, Any]:
+def _from_federation(key: str, read: Callable[[Any, datetime], Any]) -> dict[str, Any]:
     """``{federation, error, now, <key>: read(hook, now)}``; a federation that cannot be read (no spec
-    configured, an unreadable spec) gives an empty list and the reason, for the page to show."""
+    configured, an unreadable spec) gives an empty list and the reason, for the page to show. A bad query
+    parameter (:class:`usage.BadParameter`) is a 422 naming it."""
     now = datetime.now(UTC)
     try:
         hook = _federation_hook()
         rows = read(hook, now)
         federation = hook.spec.name
+    except usage.BadParameter as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
     except Exception as exc:
         log.warning("Federation page: cannot read the federation's %s: %s", key, exc)
         return {"federation": None, "error": f"{type(exc).__name__}: {exc}", "now": now.isoformat(), key: []}
@@ -223,11 +226,10 @@ def create_app() -> FastAPI:
         days: Annotated[int, Query(ge=1, le=usage.MAX_COST_DAYS)] = usage.DEFAULT_COST_DAYS,
     ) -> dict[str, Any]:
         """Estimated cost and egress of the cluster attempts of the last ``days`` days (``fedsched cost``)."""
-        now = datetime.now(UTC)
-        try:
-            return usage.costs(_federation_hook(), now, by=by, split=split or None, days=days)
-        except usage.BadParameter as exc:
-            raise HTTPException(status_code=422, detail=str(exc)) from None
+        report = _from_federation(
+            "rows", lambda hook, now: usage.costs(hook, now, by=by, split=split or None, days=days)
+        )
+        return {**report, **report["rows"]} if report["error"] is None else report
 
     @api.get("/api/utilization")
     def utilization(
@@ -235,11 +237,7 @@ def create_app() -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=HISTORY_LIMIT)] = HISTORY_LIMIT,
     ) -> dict[str, Any]:
         """Utilization over time per member cluster: the samples each snapshot left in shared state."""
-        hook = _federation_hook()
-        try:
-            return {"clusters": usage.utilization(hook, cluster or None, limit)}
-        except usage.BadParameter as exc:
-            raise HTTPException(status_code=422, detail=str(exc)) from None
+        return _from_federation("clusters", lambda hook, now: usage.utilization(hook, cluster or None, limit))
 
     app.include_router(api)
     return app

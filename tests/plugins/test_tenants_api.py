@@ -187,3 +187,12 @@ def test_without_tenants_the_view_says_so(
     monkeypatch.delenv("AIRFLOW__FEDSCHED__FEDERATION_SPEC")
     data = get(site, "/api/tenants")
     assert data["tenants"] == [] and "federation_spec" in data["error"]
+
+
+def test_without_a_spec_costs_and_utilization_say_why(
+    site: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AIRFLOW__FEDSCHED__FEDERATION_SPEC")
+    for path, key in (("/api/costs", "rows"), ("/api/utilization", "clusters")):
+        data = get(site, path)  # never a 500
+        assert data[key] == [] and "federation_spec" in data["error"], data
