@@ -92,22 +92,12 @@ def test_bad_input_exits_2_naming_the_option(
         assert message in err and "Traceback" not in err, err
 
 
-@pytest.mark.airflow
-def test_cost_report_from_the_deployments_charges(
-    files: tuple[str, str], airflow_db: None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from airflow_provider_fedsched.hooks.federation import FederationHook
-    from airflow_provider_fedsched.state import AirflowVariableStateBackend
+Charge = tuple[str, str, str, float, float, str, int]
+"""(placement id, tenant, DAG, cost, egress GB, outcome, hours ago), on cluster ``a``."""
 
-    spec, _ = files
-    hook = FederationHook(spec, state=AirflowVariableStateBackend())
-    now = datetime.now(UTC)
-    for pid, tenant, dag, cost, gb, outcome, age in [
-        ("p1", "team-ml", "train", 12.5, 0.0, "succeeded", 1),
-        ("p2", "team-ml", "train", 2.5, 100.0, "evicted", 1),
-        ("p3", "team-bi", "report", 1.0, 0.0, "succeeded", 1),
-        ("p4", "team-bi", "report", 99.0, 0.0, "succeeded", 24 * 40),  # outside --since 30d
-    ]:
+
+def record_charges(hook: Any, now: datetime, charges: list[Charge]) -> None:
+    for pid, tenant, dag, cost, gb, outcome, age in charges:
         at = (now - timedelta(hours=age)).isoformat()
         hook.charge(
             pid,
@@ -121,6 +111,27 @@ def test_cost_report_from_the_deployments_charges(
                 "cluster": "a",
             },
         )
+
+
+@pytest.mark.airflow
+def test_cost_report_from_the_deployments_charges(
+    files: tuple[str, str], airflow_db: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.state import AirflowVariableStateBackend
+
+    spec, _ = files
+    hook = FederationHook(spec, state=AirflowVariableStateBackend())
+    record_charges(
+        hook,
+        datetime.now(UTC),
+        [
+            ("p1", "team-ml", "train", 12.5, 0.0, "succeeded", 1),
+            ("p2", "team-ml", "train", 2.5, 100.0, "evicted", 1),
+            ("p3", "team-bi", "report", 1.0, 0.0, "succeeded", 1),
+            ("p4", "team-bi", "report", 99.0, 0.0, "succeeded", 24 * 40),  # outside --since 30d
+        ],
+    )
     assert cli.main(["cost", "--federation", spec, "--json"]) == cli.EXIT_OK
     rows = json_out(capsys.readouterr().out)["rows"]
     assert rows == [

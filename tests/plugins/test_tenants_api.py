@@ -23,7 +23,7 @@ SPEC: dict[str, Any] = {**test_tenants_cost.SPEC, "name": "teams-page"}
 """The command line's tests' tenants (team-ml: 64 GPUs, 10 pods, a budget of 500; team-bi: 8 cpu)."""
 NOW = datetime.now(UTC)
 # (placement id, tenant, DAG, cost, egress GB, outcome, hours ago)
-CHARGES = [
+CHARGES: list[test_tenants_cost.Charge] = [
     ("p1", "team-ml", "train", 12.5, 0.0, "succeeded", 1),
     ("p2", "team-ml", "train", 2.5, 1000.0, "evicted", 1),
     ("p3", "team-bi", "report", 1.0, 0.0, "succeeded", 1),
@@ -45,20 +45,7 @@ def site(airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     hook = FederationHook(str(spec), state="airflow")
     for name in hook.state.backend.get_many(hook.state.prefix + "/"):  # a clean slate for this spec
         hook.state.backend.delete(name)
-    for pid, tenant, dag, cost, gb, outcome, age in CHARGES:
-        at = (NOW - timedelta(hours=age)).isoformat()
-        hook.charge(
-            pid,
-            {
-                "tenant": tenant,
-                "dag_id": dag,
-                "cost": cost,
-                "egress_gb": gb,
-                "at": at,
-                "outcome": outcome,
-                "cluster": "a",
-            },
-        )
+    test_tenants_cost.record_charges(hook, NOW, CHARGES)
     snapshots = []
     for minute, (name, used) in enumerate([("a", 8), ("b", 16), ("a", 32)]):
         snapshots.append(
