@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.kube.access import ClusterAccess, ClusterAccessError
-from airflow_provider_fedsched.kube.snapshots import collect_snapshots, delete_pods, self_inflicted
+from airflow_provider_fedsched.kube.snapshots import (
+    collect_snapshots,
+    delete_pods,
+    ended_pods,
+    self_inflicted,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.parts import HookParts
@@ -55,7 +60,9 @@ async def acollect(hook: HookParts, clusters: Iterable[str] | None) -> dict[str,
         found = results.get(access.cluster)
         if found is None or not found.reachable:
             continue
-        sweep_ended_tries(hook, access.cluster)
+        deferred = hook.state.deferred.of(access.cluster)
+        await note_ended_pods(hook, access, deferred)
+        sweep_ended_tries(hook, access.cluster, deferred)
         for kind, orphans in hook.state.orphans.by_kind(access.cluster).items():
             for namespace, name in (
                 await delete_pods(access, orphans, hook.snapshot_timeout, kind) if orphans else []
@@ -74,7 +81,23 @@ ENDED_TRY_AGE = 30.0
 before the sweep asks whether the try is over."""
 
 
-def sweep_ended_tries(hook: HookParts, cluster: str) -> None:
+async def note_ended_pods(hook: HookParts, access: ClusterAccess, deferred: list[dict[str, Any]]) -> None:
+    """Write down the pods of deferred tries that this snapshot finds ended, as their trigger does.
+
+    A busy triggerer may start a trigger seconds after its task deferred; a pod that ends meanwhile, in
+    a cluster that then goes silent, would otherwise be unseen, and a preemptible try would run its work
+    again elsewhere. Whoever sees the pod end first writes it down; the task then waits for the result."""
+    unseen = [entry for entry in deferred if entry["kind"] == "pod" and not entry.get("ended")]
+    if not unseen:
+        return
+    ended = await ended_pods(access, hook.snapshot_timeout) or {}
+    for entry in unseen:
+        phase = ended.get((entry["namespace"], entry["pod"]))
+        if phase is not None:
+            hook.state.deferred.ended(access.cluster, entry["namespace"], entry["pod"], phase)
+
+
+def sweep_ended_tries(hook: HookParts, cluster: str, deferred: list[dict[str, Any]]) -> None:
     """Pods (and Jobs) of deferred tries that ended while no trigger watched them become orphans (deleted
     next).
 
@@ -85,7 +108,7 @@ def sweep_ended_tries(hook: HookParts, cluster: str) -> None:
     from airflow_provider_fedsched.hooks.tries import state_if_over
 
     now = time.time()
-    for entry in hook.state.deferred.of(cluster):
+    for entry in deferred:
         if now - float(entry["since"]) < ENDED_TRY_AGE:
             continue
         try:

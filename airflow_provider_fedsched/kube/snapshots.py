@@ -29,11 +29,12 @@ from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot, NodeS
 from airflow_provider_fedsched.federation.spec import Taint
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.kube.clients import api_client, discard_client
-from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TENANT_LABEL
+from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TASK_LABEL, TENANT_LABEL
 
 log = logging.getLogger(__name__)
 
 NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
+ENDED = "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
 _QUOTA_KEYS = {
     "requests.cpu": "cpu",
     "requests.memory": "memory",
@@ -316,6 +317,25 @@ async def collect_snapshots(
 def self_inflicted(snapshot: ClusterSnapshot) -> bool:
     """A snapshot that failed because of the worker that took it (never to be shared)."""
     return not snapshot.reachable and (snapshot.reason or "").startswith(STARVED_PREFIX)
+
+
+async def ended_pods(access: ClusterAccess, timeout: float) -> dict[tuple[str, str], str] | None:
+    """The federation's pods in this cluster that ended: ``(namespace, name)`` -> ``Succeeded`` or
+    ``Failed``; None when the cluster did not answer within ``timeout``. One list call, by label."""
+    from kubernetes_asyncio import client
+
+    try:
+        api = client.CoreV1Api(await api_client(access))
+        listed = await asyncio.wait_for(
+            api.list_pod_for_all_namespaces(label_selector=TASK_LABEL, field_selector=ENDED), timeout
+        )
+    except Exception:
+        return None
+    return {
+        (pod.metadata.namespace, pod.metadata.name): str(pod.status.phase)
+        for pod in listed.items
+        if pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
+    }
 
 
 async def delete_pods(

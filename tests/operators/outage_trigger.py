@@ -4,6 +4,7 @@ Kubernetes client are the real ones; only the moment of the outage is chosen her
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from airflow.triggers.base import TriggerEvent
@@ -56,3 +57,18 @@ class SilentOnceTrigger(FederatedPodTrigger):
         event = await self._watch()
         up(self.cluster)
         yield event
+
+
+BEFORE_FIRST_READ: Callable[[str, str, str], None] | None = None
+"""Set by the test: called with (cluster, namespace, pod) before the trigger's first read."""
+
+
+class LateFirstReadTrigger(FederatedPodTrigger):
+    """A busy triggerer's trigger: it starts watching only after whatever the test does first (the pod
+    ends, another worker's snapshot sees it, the cluster goes silent)."""
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        if BEFORE_FIRST_READ is not None:
+            await asyncio.to_thread(BEFORE_FIRST_READ, self.cluster, self.pod_namespace, self.pod_name)
+        async for event in super().run():
+            yield event

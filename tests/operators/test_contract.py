@@ -436,3 +436,48 @@ def test_a_lost_event_from_a_cluster_that_answers_again_is_judged_by_a_fresh_rea
     output = capfd.readouterr().out
     assert "the trigger said lost" in output and "work done" in output
     assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_pod_that_ended_before_its_trigger_first_read_it_is_not_run_again(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """Soak finding (CI profile): a busy triggerer started the trigger 15 s after the deferral; the pod
+    Succeeded meanwhile and its cluster went silent before the first read, so nobody had seen it end and
+    the preemptible task moved. Another worker's snapshot of that cluster, taken in between, now writes the
+    end down as the trigger would: the task waits for the result instead of running the work again."""
+    from tests.operators import outage_trigger
+
+    dag_id = "fed_ended_before_first_read"
+    noted: list[str | None] = []
+    outages: list[threading.Thread] = []
+
+    def before_first_read(cluster: str, namespace: str, pod: str) -> None:
+        wait_for(
+            lambda: (
+                (sim_federation[cluster].pod(namespace, pod) or {}).get("status", {}).get("phase")
+                == "Succeeded"
+            ),
+            timeout=120,
+            interval=0.05,
+        )
+        FederationHook().collect([cluster])  # another worker's decision refreshes the snapshot
+        noted.append((FederationHook().state.deferred.get(cluster, namespace, pod) or {}).get("ended"))
+        sim_federation[cluster].faults.down()
+        outage = threading.Timer(3, sim_federation[cluster].faults.up)
+        outage.start()
+        outages.append(outage)
+
+    outage_trigger.BEFORE_FIRST_READ = before_first_read
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        outage_trigger.BEFORE_FIRST_READ = None
+        for outage in outages:
+            outage.join(timeout=60)
+        sim_federation["east-cpu"].faults.up()
+    assert noted == ["Succeeded"]  # the task deferred, and the snapshot wrote the end down
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
+    assert "work done" in capfd.readouterr().out
+    assert pods_of(sim_federation, dag_id) == []

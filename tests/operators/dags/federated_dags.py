@@ -218,3 +218,22 @@ trigger_dag(
 trigger_dag(
     "fed_lost_then_back", _SilentOnceOperator, annotations=sim(duration=30, logs=["work done"]), **PREEMPTIBLE
 )
+
+
+class _LateFirstReadOperator(FederatedKubernetesOperator):
+    trigger_class = "tests.operators.outage_trigger.LateFirstReadTrigger"
+
+
+with DAG("fed_ended_before_first_read", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    _LateFirstReadOperator(
+        task_id="work",
+        image="busybox:1.36",
+        clusters=["east-cpu", "west-general"],
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        unreachable_grace=60,
+        deferrable=True,
+        poll_interval=0.5,
+        container_resources=requests(),
+        annotations=sim(duration=2, logs=["work done"]),
+    )
