@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -36,6 +36,8 @@ from airflow_provider_fedsched.kube.failures import (
 )
 from airflow_provider_fedsched.kube.pods import aremove, is_gone
 
+_T = TypeVar("_T")
+
 MIN_DEFERRAL_SECONDS = 15.0
 """No deferral resumes sooner (``[fedsched] min_deferral_seconds``): a shorter one races the scheduler
 (the task instance is still ``queued`` when the event arrives, and the try is lost)."""
@@ -48,6 +50,18 @@ def min_deferral_seconds() -> float:
 
 
 _CLEANUPS: set[asyncio.Future[None]] = set()
+
+
+async def _off_the_loop(function: Callable[..., _T], *args: Any) -> _T:
+    """Run a blocking SDK call (spec, connection, task state, XCom) in a thread of the pool.
+
+    asgiref's default (thread-sensitive) runs every trigger's calls in one shared thread, one after the
+    other: a triggerer starting many triggers at once read their first pods seconds late (soak: 15 s, by
+    which time a pod had ended unseen and its cluster gone silent). The triggerer's comms channel takes
+    requests from any thread."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(function, thread_sensitive=False)(*args)
 
 
 def _keep(future: asyncio.Future[None]) -> asyncio.Future[None]:
@@ -97,6 +111,7 @@ class FederatedPodTrigger(BaseTrigger):
         self.trigger_kwargs = dict(trigger_kwargs or {})
         self._fired = False
         self._cleanup: asyncio.Future[None] | None = None
+        self._federation_hook: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -120,18 +135,20 @@ class FederatedPodTrigger(BaseTrigger):
 
     # Access from the connection alone ------------------------------------------------------------------
     def _hook(self) -> Any:
-        from airflow_provider_fedsched.hooks.federation import FederationHook
+        """One hook per trigger: its spec is validated and its member's access resolved once."""
+        if self._federation_hook is None:
+            from airflow_provider_fedsched.hooks.federation import FederationHook
 
-        return FederationHook(self.federation)
+            self._federation_hook = FederationHook(self.federation)
+        return self._federation_hook
 
     async def _api(self) -> tuple[Any, str]:
-        from asgiref.sync import sync_to_async
         from kubernetes_asyncio import client
 
         from airflow_provider_fedsched.kube.clients import api_client
 
         # Reading the spec and the connection are SDK calls: off the event loop.
-        access = await sync_to_async(self._hook().access)(self.cluster)
+        access = await _off_the_loop(lambda: self._hook().access(self.cluster))
         return client.CoreV1Api(await api_client(access)), access.server
 
     # Watching ----------------------------------------------------------------------------------------
@@ -184,10 +201,8 @@ class FederatedPodTrigger(BaseTrigger):
 
     async def _try_ended(self) -> str | None:
         """The state of this trigger's task instance when it is no longer deferred, else None."""
-        from asgiref.sync import sync_to_async
-
         try:
-            return await sync_to_async(self._task_state_if_not_deferred)()
+            return await _off_the_loop(self._task_state_if_not_deferred)
         except Exception:  # no answer from the triggerer's API: watch on, on_kill still applies
             self.log.warning("Could not read the state of the task instance", exc_info=True)
             return None
@@ -283,13 +298,12 @@ class FederatedPodTrigger(BaseTrigger):
 
     async def _note_ended(self, phase: str) -> None:
         """Write down that the pod ended, for the operator, before the event is held back or lost."""
-        from asgiref.sync import sync_to_async
 
         def note() -> None:
             self._hook().state.deferred.ended(self.cluster, self.pod_namespace, self.pod_name, phase)
 
         try:
-            await sync_to_async(note)()
+            await _off_the_loop(note)
         except Exception:
             self.log.warning("Could not note that pod %s ended", self.pod_name, exc_info=True)
 
@@ -329,10 +343,8 @@ class FederatedPodTrigger(BaseTrigger):
             self.cluster,
             "deleted" if gone else "not confirmed deleted (it is deleted when the cluster answers)",
         )
-        from asgiref.sync import sync_to_async
-
         try:
-            await sync_to_async(self._record_cancelled)(gone)
+            await _off_the_loop(self._record_cancelled, gone)
         except Exception:
             self.log.exception("Could not record the cancelled attempt in the placement record")
 

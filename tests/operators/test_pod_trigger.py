@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,15 @@ def start_pod(fed: SimFederation, cluster: str, name: str, duration: float) -> N
     )
 
 
-def trigger(federation: Path, cluster: str, pod: str, **kwargs: Any) -> FederatedPodTrigger:
+def trigger(
+    federation: Path,
+    cluster: str,
+    pod: str,
+    cls: type[FederatedPodTrigger] = FederatedPodTrigger,
+    **kwargs: Any,
+) -> FederatedPodTrigger:
     spec = FederationHook(str(federation)).serializable_source()
-    return FederatedPodTrigger(
+    return cls(
         federation=spec,
         cluster=cluster,
         conn_id=f"k8s_{cluster.replace('-', '_')}",
@@ -138,3 +145,45 @@ def test_on_kill_deletes_the_pod_and_confirms_it(sim_federation: SimFederation, 
     watcher = trigger(federation, "east-cpu", "trig-killed")
     asyncio.run(watcher.on_kill())
     assert sim_federation["east-cpu"].pod("default", "trig-killed") is None
+
+
+class _MeetingTrigger(FederatedPodTrigger):
+    """Its check of the task instance returns only once the other trigger's check has begun too."""
+
+    meeting = threading.Barrier(2, timeout=20)
+    met: list[bool] = []
+
+    def _task_state_if_not_deferred(self) -> str | None:
+        try:
+            self.meeting.wait()
+            self.met.append(True)
+        except threading.BrokenBarrierError:
+            self.met.append(False)
+        return None
+
+
+def test_one_trigger_s_slow_start_holds_no_other_back(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """A triggerer starts many triggers at once: their SDK calls (spec, connection, task state) run side
+    by side, not one after the other in one shared thread (the soak's triggers first read their pods 15 s
+    after the deferral, when a pod had ended unseen and its cluster gone silent)."""
+    for name in ("trig-meet-a", "trig-meet-b"):
+        start_pod(sim_federation, "east-cpu", name, duration=1)
+    watchers = [
+        trigger(federation, "east-cpu", name, cls=_MeetingTrigger) for name in ("trig-meet-a", "trig-meet-b")
+    ]
+
+    async def first(watcher: FederatedPodTrigger) -> dict[str, Any]:
+        async for event in watcher.run():
+            return dict(event.payload)
+        raise AssertionError("the trigger ended without an event")
+
+    async def both() -> list[dict[str, Any]]:
+        return await asyncio.gather(*(first(watcher) for watcher in watchers))
+
+    events = asyncio.run(asyncio.wait_for(both(), 90))
+    assert [event["status"] for event in events] == ["done", "done"]
+    assert _MeetingTrigger.met == [True] * 4  # each checked its task instance before and after watching
+    for name in ("trig-meet-a", "trig-meet-b"):
+        sim_federation["east-cpu"].delete_pod("default", name, grace=0)
