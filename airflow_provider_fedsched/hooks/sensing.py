@@ -60,14 +60,7 @@ async def acollect(hook: HookParts, clusters: Iterable[str] | None) -> dict[str,
         found = results.get(access.cluster)
         if found is None or not found.reachable:
             continue
-        deferred = hook.state.deferred.of(access.cluster)
-        await note_ended_pods(hook, access, deferred)
-        sweep_ended_tries(hook, access.cluster, deferred)
-        for kind, orphans in hook.state.orphans.by_kind(access.cluster).items():
-            for namespace, name in (
-                await delete_pods(access, orphans, hook.snapshot_timeout, kind) if orphans else []
-            ):
-                hook.state.orphans.forget(access.cluster, namespace, name, kind)
+        await sweep(hook, access)
     shared = [snapshot for snapshot in results.values() if not self_inflicted(snapshot)]
     hook.state.snapshots.put(shared)
     for snapshot in shared:
@@ -81,20 +74,34 @@ ENDED_TRY_AGE = 30.0
 before the sweep asks whether the try is over."""
 
 
-async def note_ended_pods(hook: HookParts, access: ClusterAccess, deferred: list[dict[str, Any]]) -> None:
-    """Write down the pods of deferred tries that this snapshot finds ended, as their trigger does.
-
-    A busy triggerer may start a trigger seconds after its task deferred; a pod that ends meanwhile, in
-    a cluster that then goes silent, would otherwise be unseen, and a preemptible try would run its work
-    again elsewhere. Whoever sees the pod end first writes it down; the task then waits for the result."""
+async def sweep(hook: HookParts, access: ClusterAccess) -> None:
+    """What a snapshot of a cluster that answers does besides condensing it: the pods of deferred tries
+    that are over become orphans, the federation's pods that ended are written down (for the deferred
+    tries still waiting on them, and for the orphans about to be deleted), then the orphans are deleted."""
+    cluster = access.cluster
+    deferred = hook.state.deferred.of(cluster)
+    sweep_ended_tries(hook, cluster, deferred)
+    orphans = hook.state.orphans.by_kind(cluster)
     unseen = [entry for entry in deferred if entry["kind"] == "pod" and not entry.get("ended")]
-    if not unseen:
-        return
-    ended = await ended_pods(access, hook.snapshot_timeout) or {}
+    ended: dict[tuple[str, str], str] | None = {}
+    if unseen or orphans["pod"]:
+        ended = await ended_pods(access, hook.snapshot_timeout)
+    # A busy triggerer may start a trigger seconds after its task deferred; a pod that ends meanwhile, in
+    # a cluster that then goes silent, would be seen by nobody, and a preemptible try would run its work
+    # again elsewhere. Whoever sees the pod end first writes it down; the task then waits for the result.
     for entry in unseen:
-        phase = ended.get((entry["namespace"], entry["pod"]))
+        phase = (ended or {}).get((entry["namespace"], entry["pod"]))
         if phase is not None:
-            hook.state.deferred.ended(access.cluster, entry["namespace"], entry["pod"], phase)
+            hook.state.deferred.ended(cluster, entry["namespace"], entry["pod"], phase)
+    if ended is None:
+        orphans["pod"] = []  # how they ended is unknown: deleting them now would lose a result
+    for namespace, name in orphans["pod"]:
+        # A pod left in a silent cluster may have run to the end: its task must not run the work again.
+        if (ended or {}).get((namespace, name)) == "Succeeded":
+            hook.state.orphans.swept_succeeded(cluster, namespace, name)
+    for kind, items in orphans.items():
+        for namespace, name in await delete_pods(access, items, hook.snapshot_timeout, kind) if items else []:
+            hook.state.orphans.forget(cluster, namespace, name, kind)
 
 
 def sweep_ended_tries(hook: HookParts, cluster: str, deferred: list[dict[str, Any]]) -> None:

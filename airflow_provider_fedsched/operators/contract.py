@@ -136,13 +136,50 @@ class Contract(KubernetesPodOperator):
             f"try {earlier.try_number}'s pod {last.pod} Succeeded in {last.cluster} before that try was "
             "ended: its work is not run again"
         )
-        adopted = last.model_copy(update={"number": 1, "adopted": True, "decision": reason})
-        self._record.attempts.append(adopted)
-        self._record.cluster = adopted.cluster
-        records.end_try(self._record, "succeeded", reason)
-        self._save(context)
-        self.log.info("Placement: %s", self._record.summary())
+        self._succeed_with(context, last, reason)
         return True
+
+    def _left_pod_succeeded(self, context: Any) -> bool:
+        """A pod this task left in a silent cluster (fenced, or lost past the grace), in this try or an
+        earlier one, ran to the end meanwhile: the snapshot that deleted it found it Succeeded and wrote
+        that down (``hooks/sensing.py``). Its work is not run again. Not for ``do_xcom_push`` tasks."""
+        if self.do_xcom_push:
+            return False
+        orphans = self.federation_hook.state.orphans
+        tries = [r for r in (self._record, self._earlier) if r is not None]
+        for attempt in (a for r in tries for a in r.attempts if a.outcome in ("unreachable", "lost")):
+            if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod):
+                reason = (
+                    f"pod {attempt.pod} Succeeded in {attempt.cluster} while that cluster was silent to "
+                    "this task (the snapshot that deleted it saw it end): its work is not run again"
+                )
+                self._succeed_with(context, attempt, reason)
+                orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod)
+                return True
+        return False
+
+    def _succeed_with(self, context: Any, attempt: Attempt, reason: str) -> None:
+        """End the try in success with the known result of ``attempt``'s pod, added as an adopted attempt
+        (the attempt itself keeps how it was left)."""
+        record = self._record
+        adopted = attempt.model_copy(
+            update={
+                "number": len(record.attempts) + 1,
+                "adopted": True,
+                "outcome": "succeeded",
+                "decision": reason,
+                # Its cost was counted when it ran (by the attempt or try that left it), never twice.
+                "cost": 0.0,
+                "price_per_hour": 0.0,
+                "egress_gb": 0.0,
+                "egress_cost": 0.0,
+            }
+        )
+        record.attempts.append(adopted)
+        record.cluster = adopted.cluster
+        records.end_try(record, "succeeded", reason)
+        self._save(context)
+        self.log.info("Placement: %s", record.summary())
 
     def _adopt_earlier(self, context: Any) -> Attempt | None:
         """An earlier try's pod of this task instance, running or finished, in any member cluster."""

@@ -230,6 +230,12 @@ class FederatedKubernetesOperator(Arguments, Deferral):
                 self._wait(context, decision)
                 continue
             records.stop_waiting(record)
+            # The decision's snapshot may have swept a pod this task left in a silent cluster, and found
+            # it Succeeded: then nothing is launched.
+            reserved = attempts.placement_id(record, len(record.attempts) + 1)
+            if self._left_pod_succeeded(context):
+                self.federation_hook.release(str(decision.cluster), reserved)
+                return None
             attempt = self._launch(context, decision)
             try:
                 return self._run_attempt(context, attempt)

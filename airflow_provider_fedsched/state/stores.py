@@ -344,6 +344,30 @@ class OrphanStore(_Store):
     def forget(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
         self.backend.delete(self._orphan_key(cluster, namespace, pod, kind))
 
+    # A pod left behind in a silent cluster may have run to the end meanwhile: the sweep that deletes it
+    # writes that down first, so that its task never runs the work again (see hooks/sensing.py). One small
+    # key per such pod, removed when the task takes the result.
+    def _swept_key(self, cluster: str, namespace: str, pod: str) -> str:
+        return self._key("swept", cluster, f"{namespace}.{pod}")
+
+    def swept_succeeded(self, cluster: str, namespace: str, pod: str) -> None:
+        """The sweep is about to delete this orphan pod, which it found Succeeded."""
+        self.backend.set(self._swept_key(cluster, namespace, pod), {"phase": "Succeeded", "at": time.time()})
+
+    def was_swept_succeeded(self, cluster: str, namespace: str, pod: str) -> bool:
+        key = self._swept_key(cluster, namespace, pod)
+        return read_stored(key, self.backend.get(key) or None, _swept_phase) == "Succeeded"
+
+    def forget_swept(self, cluster: str, namespace: str, pod: str) -> None:
+        self.backend.delete(self._swept_key(cluster, namespace, pod))
+
+
+def _swept_phase(raw: Any) -> str:
+    phase = _mapping(raw).get("phase")
+    if phase != "Succeeded":
+        raise ValueError(f"expected 'phase' Succeeded, got {phase!r}")
+    return str(phase)
+
 
 class DeferredStore(_Store):
     """Pods (and Jobs, ``kind="job"``) of deferred tries, with their task instance: one whose try ended

@@ -481,3 +481,24 @@ def test_a_pod_that_ended_before_its_trigger_first_read_it_is_not_run_again(
     assert creates() == 1
     assert "work done" in capfd.readouterr().out
     assert pods_of(sim_federation, dag_id) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fenced_pod_that_ran_to_the_end_unseen_is_not_run_again(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
+) -> None:
+    """Full soak finding: a preemptible task's cluster went silent while its pod ran; the pod was fenced
+    and the task, with nowhere else to go, waited. The pod ran to the end meanwhile. When the cluster
+    answered again, the snapshot that deleted the fenced pod found it Succeeded and wrote that down: the
+    task takes that result instead of running the work a second time there."""
+    dag_id = f"fed_fenced_ran_to_the_end_{mode}"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):
+        state, record, _ = run(dag_id)
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "unreachable"), ("east-cpu", "succeeded")]
+    left, taken = record["attempts"]
+    assert taken["adopted"] is True and "its work is not run again" in taken["decision"]
+    assert creates() == 1
+    assert pods_of(sim_federation, dag_id) == []
+    orphans = FederationHook().state.orphans
+    assert not orphans.was_swept_succeeded("east-cpu", left["namespace"], left["pod"])  # taken: forgotten

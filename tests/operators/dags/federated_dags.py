@@ -120,6 +120,15 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
         annotations=sim(duration=600),
         **extra,
     )
+    # Preemptible with one allowed cluster: its fenced pod runs to the end while the cluster is silent.
+    federated_dag(
+        f"fed_fenced_ran_to_the_end_{mode}",
+        clusters=["east-cpu"],
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        annotations=sim(duration=20, logs=["work done"]),
+        **extra,
+    )
     federated_dag(
         f"fed_outage_done_{mode}",
         clusters=["east-cpu"],
