@@ -266,6 +266,9 @@ class FederationHook(BaseHook):
                 )
                 if decision.outcome != "placed" or decision.cluster is None:
                     tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
+                    reclaimed = tenancy.reclaim(self, request, decision)
+                    if reclaimed is not None:
+                        decision.extra["reclaim"] = reclaimed
                     return decision
                 if not self.reserve(decision.cluster, request, placement_id, policy=policy):
                     full[decision.cluster] = "its ledger is full: placements of other workers took the room"

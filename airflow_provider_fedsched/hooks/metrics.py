@@ -73,3 +73,8 @@ def attempt_cost(cost: float, egress_gb: float, cluster: str, tenant: str | None
     _emit("gauge", "attempt_egress_gb", egress_gb, tags)
     if tenant is not None:
         _emit("gauge", f"tenant_cost.{_part(tenant)}", cost, tags)
+
+
+def reclaimed(pods: int, cluster: str, tenant: str) -> None:
+    """``fedsched.reclaims.<tenant>``: borrowing pods evicted so that a waiting task of ``tenant`` fits."""
+    _emit("incr", f"reclaims.{_part(tenant)}", pods, {"cluster": cluster, "tenant": tenant})

@@ -18,8 +18,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_fedsched.federation.plugins.tenancy import tenant_demand
+from airflow_provider_fedsched.federation.reclaim import (
+    ROOM_REFUSED_BY,
+    BorrowingPod,
+    entitled_by,
+    plan_reclaim,
+)
 from airflow_provider_fedsched.federation.resources import ResourceList, add
 from airflow_provider_fedsched.federation.tenancy import TenantInputs, WaitingTask, period_start
+from airflow_provider_fedsched.hooks import metrics
+from airflow_provider_fedsched.kube.clients import run_in_background
+from airflow_provider_fedsched.kube.reclaim import aborrowing_pods, aevict
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.decision import Decision
@@ -126,6 +135,64 @@ def admitted(hook: HookParts, request: TaskRequest, placement_id: str, now: date
         f"{tenant.name}'s quota of {quota[name]} {name} was taken by placements of other workers "
         f"made at the same time"
     )
+
+
+RECLAIM_TIMEOUT = 5.0
+"""Seconds for listing one cluster's borrowing pods, and for each eviction."""
+
+
+def reclaim(hook: HookParts, request: TaskRequest, decision: Decision) -> str | None:
+    """A waiting task of a tenant within its ``guaranteed`` share gets borrowed capacity back: the
+    borrowing pods ``federation/reclaim.py`` picks are evicted (their preemptible tasks move). Returns what
+    was done, for the decision's record; None when nothing was."""
+    if decision.outcome != "wait" or request.tenant is None or not hook.spec.tenants:
+        return None
+    if not hook.spec.tenant(request.tenant).guaranteed_units:
+        return None
+    clusters = sorted(
+        {r.cluster for r in decision.rejected if r.plugin == ROOM_REFUSED_BY and not r.permanent}
+    )
+    if not clusters:
+        return None
+    view = hook.view(clusters, request.namespace)
+    inputs = view.tenancy
+    borrowers = set(inputs.borrowed) - {request.tenant} if inputs is not None else set()
+    if inputs is None or not borrowers or entitled_by(hook.spec, request, inputs) is None:
+        return None
+    # Judged on fresh snapshots, as the pods are listed now: a stale snapshot still showing pods given
+    # back earlier would have more of them moved.
+    hook.collect(clusters)
+    view = hook.view(clusters, request.namespace)
+    inputs = view.tenancy
+    if inputs is None:
+        return None
+
+    async def listed() -> list[BorrowingPod]:
+        found: list[BorrowingPod] = []
+        for cluster in clusters:
+            try:
+                found += await aborrowing_pods(hook.access(cluster), borrowers, RECLAIM_TIMEOUT)
+            except Exception as exc:  # a cluster that does not answer gives nothing back now
+                hook.log.info("Cannot list borrowing pods in %s: %s", cluster, exc)
+        return found
+
+    plan = plan_reclaim(hook.spec, request, decision, inputs, view.snapshots, run_in_background(listed()))
+    if plan is None:
+        return None
+    access = hook.access(plan.cluster)
+
+    async def evicted() -> list[str | None]:
+        return [await aevict(access, p.namespace, p.name, RECLAIM_TIMEOUT) for p in plan.pods]
+
+    refused = [
+        f"{pod.namespace}/{pod.name}: {why}"
+        for pod, why in zip(plan.pods, run_in_background(evicted()), strict=True)
+        if why is not None
+    ]
+    metrics.reclaimed(len(plan.pods) - len(refused), plan.cluster, request.tenant)
+    done = plan.reason + (f" (not evicted: {'; '.join(refused)})" if refused else "")
+    hook.log.warning("Reclaim: %s", done)
+    return done
 
 
 def summary(hook: HookParts, now: datetime) -> list[dict[str, Any]]:

@@ -13,6 +13,9 @@ CLUSTER_LABEL = "fedsched.io/cluster"
 ATTEMPT_LABEL = "fedsched.io/cluster-attempt"
 TENANT_LABEL = "fedsched.io/tenant"
 """The tenant a pod runs for: snapshots sum each tenant's requests from it (federation-wide usage)."""
+PREEMPTIBLE_LABEL = "fedsched.io/preemptible"
+"""``"true"`` on the pods of preemptible tasks: the only ones a lender's reclaim may move
+(``federation/reclaim.py``)."""
 
 
 def task_digest(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:

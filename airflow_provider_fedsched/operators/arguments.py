@@ -16,7 +16,7 @@ from airflow_provider_fedsched.federation.limits import check_seconds
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
 from airflow_provider_fedsched.kube.access import ClusterAccessError
-from airflow_provider_fedsched.kube.labels import TENANT_LABEL
+from airflow_provider_fedsched.kube.labels import PREEMPTIBLE_LABEL, TENANT_LABEL
 from airflow_provider_fedsched.validation.operator import OperatorArguments, check_operator_arguments
 
 if TYPE_CHECKING:
@@ -238,6 +238,8 @@ class Arguments(KubernetesPodOperator):
         tenant = task_tenant(spec, self.tenant, self.owner, tags)
         if tenant is not None:
             pod.metadata.labels = {**(pod.metadata.labels or {}), TENANT_LABEL: tenant}
+        if self.preemptible:
+            pod.metadata.labels = {**(pod.metadata.labels or {}), PREEMPTIBLE_LABEL: "true"}
         try:
             request = TaskRequest.from_pod_spec(
                 pod_spec,

@@ -254,6 +254,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         interval = min(poll_interval(self.task_request.expected_duration_seconds), max(limit - waited, 0.1))
         self._save(context)
         self.log.info("Waiting %.1fs for a compliant cluster: %s", interval, decision.reason)
+        if decision.extra.get("reclaim"):
+            self.log.info("Giving borrowed capacity back: %s", decision.extra["reclaim"])
         if self.deferrable:
             from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 

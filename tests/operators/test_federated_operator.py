@@ -183,6 +183,7 @@ def test_evicted_task_resumes_from_checkpoint_on_another_cluster(
                     if (
                         labels.get("dag_id") == "fed_evicted_resumes"
                         and labels.get("fedsched.io/cluster-attempt") == "1"
+                        and labels.get("fedsched.io/preemptible") == "true"  # a reclaim may move it
                         and pod["status"].get("phase") == "Running"
                     ):
                         return name, pod

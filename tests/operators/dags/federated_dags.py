@@ -246,3 +246,15 @@ with DAG("fed_ended_before_first_read", start_date=datetime(2026, 1, 1), schedul
         container_resources=requests(),
         annotations=sim(duration=2, logs=["work done"]),
     )
+
+
+# A tenant within its guaranteed share waits for room that another tenant's preemptible pods borrow
+# (test_reclaim.py).
+federated_dag(
+    "fed_reclaim",
+    clusters=["east-cpu"],
+    tenant="team-a",
+    expected_duration=60,
+    wait_timeout=120,
+    annotations=sim(duration=1, logs=["work done"]),
+)
