@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from airflow_provider_fedsched.federation.record import PlacementRecord
+from airflow_provider_fedsched.hooks import metrics
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.state import MemoryStateBackend
 from tests.hooks.test_tenancy_hook import cpu, hook_on
@@ -69,6 +70,7 @@ def test_decisions_latency_waits_failovers_cooldowns_cost_and_egress_reach_stats
     record.attempts.append(attempt)
     attempt.running_at = datetime.now(UTC) - timedelta(minutes=30)
     records.end_attempt(hook, record, attempt, "evicted", "node drained")
+    metrics.reclaimed(2, "a", "team-a")  # what hooks/tenancy.reclaim emits (end to end: test_reclaim.py)
 
     seen = received(
         listener,
@@ -82,6 +84,7 @@ def test_decisions_latency_waits_failovers_cooldowns_cost_and_egress_reach_stats
             "airflow.fedsched.attempt_cost",
             "airflow.fedsched.attempt_egress_gb",
             "airflow.fedsched.tenant_cost.team-b",
+            "airflow.fedsched.reclaims.team-a",
         },
     )
     assert seen.get("airflow.fedsched.decisions.placed") == "1|c"
@@ -93,3 +96,4 @@ def test_decisions_latency_waits_failovers_cooldowns_cost_and_egress_reach_stats
     assert seen.get("airflow.fedsched.attempt_cost") == "0.05|g"
     assert seen.get("airflow.fedsched.attempt_egress_gb") == "0.0|g"
     assert seen.get("airflow.fedsched.tenant_cost.team-b") == "0.05|g"
+    assert seen.get("airflow.fedsched.reclaims.team-a") == "2|c"
