@@ -174,21 +174,39 @@ def snapshots(
     waiting = [n for n in stale if n not in mine]
     if waiting:
         found.update(_await_refresh(hook, waiting, now))
+    if (datetime.now(UTC) - now).total_seconds() > ttl / 4:
+        # The refresh took a while: the snapshots that were fresh at the start may have aged past the TTL
+        # meanwhile (a decision would then find them stale and wait); other workers have likely refreshed
+        # them since: take the newest (one read of the index).
+        for name, newer in hook.state.snapshots.newest(names).items():
+            if name not in found or newer.observed_at > found[name].observed_at:
+                found[name] = newer
     return found
 
 
+AWAIT_POLL_FIRST = 0.05
+AWAIT_POLL_MAX = 1.0
+"""Seconds between two reads of shared state while another worker refreshes a snapshot (backing off)."""
+
+
 def _await_refresh(hook: HookParts, clusters: list[str], since: datetime) -> dict[str, ClusterSnapshot]:
-    """Wait (polling shared state) for another worker's refresh of ``clusters`` after ``since``."""
+    """Wait (polling shared state) for another worker's refresh of ``clusters`` after ``since``.
+
+    The polls back off (50 ms, doubling, at most :data:`AWAIT_POLL_MAX`): every poll is a read of shared
+    state, through the API server for a task, and twenty workers polling every 50 ms while one refreshes
+    kept a 2-core API server busy enough to slow that very refresh (the full soak: 21 s decisions)."""
     deadline = time.monotonic() + _lease_seconds(hook)
     result: dict[str, ClusterSnapshot] = {}
     pending = list(clusters)
+    pause = AWAIT_POLL_FIRST
     while pending and time.monotonic() < deadline:
         for name, snapshot in hook.state.snapshots.newest(pending).items():
             if snapshot.observed_at >= since - timedelta(seconds=1):
                 result[name] = snapshot
                 pending.remove(name)
         if pending:
-            time.sleep(0.05)
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, AWAIT_POLL_MAX)
     if pending:
         # The lease holder did not deliver in time (a starved or dead worker): never stay blind.
         result.update(hook.collect(pending))

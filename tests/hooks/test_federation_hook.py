@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -325,3 +326,88 @@ def test_single_flight_refresh_across_worker_processes(
     assert {name: handle.request_count("GET", "/api/v1/nodes") for name, handle in fed.handles.items()} == {
         name: 1 for name in fed.clusters
     }
+
+
+class _CountingBackend(MemoryStateBackend):
+    """Counts the reads of shared state (each one a call through the API server for a task)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def get(self, key: str) -> Any:
+        self.reads += 1
+        return super().get(key)
+
+    def get_many(self, prefix: str) -> dict[str, Any]:
+        self.reads += 1
+        return super().get_many(prefix)
+
+
+def test_a_worker_waiting_for_another_workers_refresh_polls_shared_state_sparingly(
+    fed: SimFederation, spec_path: Path
+) -> None:
+    """Another worker holds the refresh lease of east-cpu and delivers its snapshot 3 s later. The waiting
+    worker takes that snapshot (it reads no cluster itself) and, backing off, reads shared state a few
+    times meanwhile, not every 50 ms (the full soak: twenty such workers kept the API server busy)."""
+    from datetime import timedelta
+
+    backend = _CountingBackend()
+    shared = FederationState(backend, federation=spec_path.stem)
+    hook = FederationHook(spec_path, kubeconfig=fed.state_dir / "kubeconfig", state=shared)
+    other = FederationHook(spec_path, kubeconfig=fed.state_dir / "kubeconfig", state=shared)
+    now = datetime.now(UTC)
+    assert shared.leases.claim(["east-cpu"], "another-worker", now, timedelta(seconds=60)) == ["east-cpu"]
+    for handle in fed.handles.values():
+        handle.reset_request_counts()
+
+    def deliver() -> None:
+        snapshot = other.collect(["east-cpu"])["east-cpu"]
+        assert snapshot.reachable
+
+    timer = threading.Timer(3.0, deliver)
+    backend.reads = 0
+    timer.start()
+    try:
+        found = hook.snapshots(["east-cpu"], now=now)
+    finally:
+        timer.join(timeout=30)
+    assert found["east-cpu"].reachable and found["east-cpu"].observed_at >= now
+    assert fed["east-cpu"].request_count("GET", "/api/v1/nodes") == 1  # the other worker's, only
+    assert backend.reads < 30, backend.reads  # polling every 50 ms would be 60 polls and more
+
+
+def test_snapshots_fresh_when_asked_are_read_again_after_a_long_wait(
+    fed: SimFederation, spec_path: Path
+) -> None:
+    """east-cpu's snapshot is fresh when the worker asks (3 s of an 8 s TTL); north-gpu's refresh belongs
+    to another worker, which delivers both 3 s later. The worker returns the newer east-cpu snapshot, not
+    the one it started with (6 s old by then, soon past the TTL: the full soak's decisions waited on
+    clusters found stale this way)."""
+    from datetime import timedelta
+
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["policy"]["snapshot_ttl_seconds"] = 8
+    spec_path.write_text(yaml.safe_dump(spec))
+    shared = FederationState(MemoryStateBackend(), federation=spec_path.stem)
+    hook = FederationHook(spec_path, kubeconfig=fed.state_dir / "kubeconfig", state=shared)
+    other = FederationHook(spec_path, kubeconfig=fed.state_dir / "kubeconfig", state=shared)
+    taken = other.collect(["east-cpu"])["east-cpu"]
+    first = taken.model_copy(update={"observed_at": datetime.now(UTC) - timedelta(seconds=3)})
+    shared.snapshots.put([first])  # as another worker stored it 3 s ago
+    now = datetime.now(UTC)
+    assert shared.leases.claim(["north-gpu"], "another-worker", now, timedelta(seconds=60)) == ["north-gpu"]
+    delivered: list[datetime] = []
+
+    def deliver() -> None:
+        delivered.append(datetime.now(UTC))
+        other.collect(["east-cpu", "north-gpu"])
+
+    timer = threading.Timer(3.0, deliver)
+    timer.start()
+    try:
+        found = hook.snapshots(["east-cpu", "north-gpu"])
+    finally:
+        timer.join(timeout=30)
+    assert found["north-gpu"].observed_at >= delivered[0]
+    assert found["east-cpu"].observed_at >= delivered[0] > first.observed_at
