@@ -342,7 +342,8 @@ class FederationHook(BaseHook):
         return self.state.snapshots.get(cluster)
 
     def record(self, cluster: str, kind: str, sample: Mapping[str, Any]) -> None:
-        """Add a history sample (``kind``: utilization, start_latency, outcome) for the page and forecast."""
+        """Add a history sample (``kind``: utilization, start_latency, outcome, wait) for the page and
+        forecast."""
         self.state.history.append(cluster, kind, sample)
 
     def history(self, cluster: str, kind: str) -> list[dict[str, Any]]:

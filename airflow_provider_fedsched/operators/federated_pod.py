@@ -236,6 +236,9 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             if self._left_pod_succeeded(context):
                 self.federation_hook.release(str(decision.cluster), reserved)
                 return None
+            if not record.attempts:
+                tenant = self.task_request.tenant
+                records.note_placed(self.federation_hook, record, str(decision.cluster), tenant)
             attempt = self._launch(context, decision)
             try:
                 return self._run_attempt(context, attempt)

@@ -149,6 +149,21 @@ def start_waiting(record: PlacementRecord, reason: str) -> float:
     return (now - record.waiting_since).total_seconds()
 
 
+def note_placed(hook: FederationHook, record: PlacementRecord, cluster: str, tenant: str | None) -> None:
+    """The try's first placement: how long it waited for it (0 when it did not), as a ``wait`` history
+    sample of the cluster it went to (the Tenants view's wait-time plot, ``plugins/usage.waits``)."""
+    hook.record(
+        cluster,
+        "wait",
+        {
+            "at": datetime.now(UTC).isoformat(),
+            "seconds": round(record.waited_seconds, 3),
+            "tenant": tenant or "",
+            "dag_id": record.dag_id,
+        },
+    )
+
+
 def stop_waiting(record: PlacementRecord) -> None:
     if record.waiting_since is not None:
         record.waited_seconds += (datetime.now(UTC) - record.waiting_since).total_seconds()

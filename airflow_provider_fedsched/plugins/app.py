@@ -239,6 +239,14 @@ def create_app() -> FastAPI:
         """Utilization over time per member cluster: the samples each snapshot left in shared state."""
         return _from_federation("clusters", lambda hook, now: usage.utilization(hook, cluster or None, limit))
 
+    @api.get("/api/waits")
+    def waits(
+        days: Annotated[int, Query(ge=1, le=usage.MAX_COST_DAYS)] = usage.DEFAULT_COST_DAYS,
+    ) -> dict[str, Any]:
+        """How long tries waited for their first placement, per wait-time bucket and tenant."""
+        report = _from_federation("series", lambda hook, now: usage.waits(hook, now, days))
+        return {**report, **report["series"]} if report["error"] is None else report
+
     app.include_router(api)
     return app
 

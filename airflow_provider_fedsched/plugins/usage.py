@@ -67,3 +67,43 @@ def utilization(hook: Any, cluster: str | None, limit: int) -> list[dict[str, An
         ]
         rows.append({"cluster": name, "samples": samples[-limit:]})
     return rows
+
+
+WAIT_BUCKETS: tuple[tuple[str, float], ...] = (
+    ("none", 1.0),
+    ("1-10 s", 10.0),
+    ("10 s-1 min", 60.0),
+    ("1-10 min", 600.0),
+    ("10 min-1 h", 3600.0),
+    ("over 1 h", float("inf")),
+)
+"""Wait-time buckets (label, upper bound in seconds, exclusive): "none" is a try placed at once."""
+NO_TENANT = "(no tenant)"
+
+
+def waits(hook: Any, now: datetime, days: int) -> dict[str, Any]:
+    """How long tries waited for their first placement, counted per bucket and tenant, over the ``wait``
+    samples of the last ``days`` days (each member keeps its newest ones, ``state.HISTORY_LIMIT``)."""
+    since = now - timedelta(days=days)
+    counts: dict[str, dict[str, int]] = {}
+    samples = 0
+    for member in hook.spec.clusters:
+        for sample in hook.history(member.name, "wait"):
+            try:
+                at = datetime.fromisoformat(str(sample["at"]))
+                seconds = float(sample["seconds"])
+            except (KeyError, TypeError, ValueError):
+                continue  # not a sample this release wrote
+            if at < since or seconds != seconds:
+                continue
+            label = next(name for name, bound in WAIT_BUCKETS if seconds < bound)
+            tenant = str(sample.get("tenant") or "") or NO_TENANT
+            per_tenant = counts.setdefault(tenant, {})
+            per_tenant[label] = per_tenant.get(label, 0) + 1
+            samples += 1
+    return {
+        "since": since.isoformat(),
+        "samples": samples,
+        "buckets": [name for name, _ in WAIT_BUCKETS],
+        "series": [{"tenant": name, "counts": counts[name]} for name in sorted(counts)],
+    }

@@ -32,6 +32,17 @@ CHARGES: list[test_tenants_cost.Charge] = [
 ]
 
 
+# (cluster, seconds waited before the first placement, tenant, hours ago)
+WAITS: list[tuple[str, float, str, float]] = [
+    ("a", 0.0, "team-ml", 1),
+    ("a", 0.4, "team-ml", 1),
+    ("b", 42.0, "team-ml", 2),
+    ("a", 3599.0, "team-bi", 3),
+    ("b", 7200.0, "", 3),
+    ("a", 5.0, "team-bi", 24 * 20),  # outside the default 14 days
+]
+
+
 @pytest.fixture(scope="module")
 def site(airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     from airflow.api_fastapi.core_api.security import get_user
@@ -65,6 +76,9 @@ def site(airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     for snapshot in snapshots:  # as hooks/sensing.py does for every snapshot collected
         hook.state.snapshots.put([snapshot])
         hook.record(snapshot.cluster, "utilization", _sample(snapshot))
+    for cluster, seconds, tenant, hours_ago in WAITS:  # as operators/records.note_placed does
+        at = (NOW - timedelta(hours=hours_ago)).isoformat()
+        hook.record(cluster, "wait", {"at": at, "seconds": seconds, "tenant": tenant, "dag_id": "d"})
     app = create_app()
     app.dependency_overrides[get_user] = lambda: object()
     mp = pytest.MonkeyPatch()
@@ -183,3 +197,17 @@ def test_without_a_spec_costs_and_utilization_say_why(
     for path, key in (("/api/costs", "rows"), ("/api/utilization", "clusters")):
         data = get(site, path)  # never a 500
         assert data[key] == [] and "federation_spec" in data["error"], data
+
+
+def test_wait_times_per_bucket_and_tenant(site: dict[str, Any]) -> None:
+    data = get(site, "/api/waits")
+    assert data["error"] is None and data["samples"] == 5
+    assert data["buckets"] == ["none", "1-10 s", "10 s-1 min", "1-10 min", "10 min-1 h", "over 1 h"]
+    assert {s["tenant"]: s["counts"] for s in data["series"]} == {
+        "(no tenant)": {"over 1 h": 1},
+        "team-bi": {"10 min-1 h": 1},
+        "team-ml": {"none": 2, "10 s-1 min": 1},
+    }
+    assert get(site, "/api/waits", days=62)["samples"] == 6
+    response = site["client"].get("/api/waits", params={"days": 0})
+    assert response.status_code == 422 and "days" in response.text

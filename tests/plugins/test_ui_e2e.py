@@ -349,6 +349,11 @@ def test_tenants_costs_and_utilization_in_the_deployment(airflow_site: dict[str,
     assert status == 200, utilization
     assert [c["cluster"] for c in utilization["clusters"]] == airflow_site["clusters"]
     assert all(len(c["samples"]) >= 2 for c in utilization["clusters"])  # before and after the run
+    # Every try of the run waited (or not) before its first placement: one wait sample each.
+    status, waits = api.get("/fedsched/api/waits")
+    assert status == 200 and waits["error"] is None, waits
+    assert waits["samples"] >= len(page["placements"]) > 0
+    assert "team-data" in {s["tenant"] for s in waits["series"]}
     status, body = api.get("/fedsched/api/costs?by=planet")
     assert status == 422 and body["detail"].startswith("by: "), body
     status, body = api.get("/fedsched/api/utilization?cluster=nowhere")
@@ -362,6 +367,7 @@ API_PATHS = [
     "/fedsched/api/tenants",
     "/fedsched/api/costs",
     "/fedsched/api/utilization",
+    "/fedsched/api/waits",
 ]
 
 
@@ -470,6 +476,7 @@ def test_tenants_plots_links_and_login_in_chromium(
     _, tenants = api.get("/fedsched/api/tenants")
     _, by_tenant = api.get("/fedsched/api/costs?by=day&split=tenant")
     _, by_dag = api.get("/fedsched/api/costs?by=day&split=dag")
+    _, waits = api.get("/fedsched/api/waits")
     points = (
         "(sel) => [...document.querySelectorAll(sel)]"
         ".map(n => [n.dataset.series, n.dataset.x, Number(n.dataset.y)])"
@@ -496,7 +503,8 @@ def test_tenants_plots_links_and_login_in_chromium(
             f"{base}/fedsched/ui#tenants",
             ready="document.querySelectorAll('#tenants-table tr[data-tenant]').length === 2"
             " && document.querySelectorAll('#cost-by-dag rect.bar').length > 0"
-            " && document.querySelectorAll('#cost-by-tenant rect.bar').length > 0",
+            " && document.querySelectorAll('#cost-by-tenant rect.bar').length > 0"
+            " && document.querySelectorAll('#wait-by-tenant rect.bar').length > 0",
         )
         for row in tenants["tenants"]:
             cells = browser.evaluate(
@@ -513,6 +521,10 @@ def test_tenants_plots_links_and_login_in_chromium(
                 [s[split], r["day"], r["cost"]] for s in costs["series"] for r in s["rows"] if r["cost"] > 0
             ]
             assert sorted(bars) == sorted(expected) and bars, (bars, costs)
+        # Wait before placement: tries per wait-time bucket, one series per tenant, as /api/waits counts.
+        bars = browser.evaluate(f"({points})('#wait-by-tenant rect.bar')")
+        expected = [[s["tenant"], bucket, n] for s in waits["series"] for bucket, n in s["counts"].items()]
+        assert sorted(bars) == sorted(expected) and bars, (bars, waits)
         assert "team-data" in browser.text() and "team-ml" in browser.text()
         browser.screenshot(images / "federation-tenants.png")
 

@@ -201,7 +201,27 @@ async function loadTenants() {
       el("td", { class: `num cost${over ? " over" : ""}` }, money(t.cost), budgetNote(t.cost, t.max_cost, t.period, money)),
       el("td", { class: "num egress" }, gigabytes(t.egress_gb), budgetNote(t.egress_gb, t.max_egress_gb, t.period, gigabytes))));
   }
-  await Promise.all([costPlot("tenant", "cost-by-tenant"), costPlot("dag", "cost-by-dag")]);
+  await Promise.all([costPlot("tenant", "cost-by-tenant"), costPlot("dag", "cost-by-dag"), waitPlot()]);
+}
+
+// How long tries waited for their first placement: tries per wait-time bucket, one stacked series per tenant.
+async function waitPlot() {
+  const box = document.getElementById("wait-by-tenant");
+  let data;
+  try {
+    data = await getJSON(`api/waits?days=${COST_DAYS}`);
+  } catch (e) {
+    box.replaceChildren(el("p", { class: "notice error" }, `Cannot load wait times: ${e.message}`));
+    return;
+  }
+  if (data.error) {
+    box.replaceChildren(el("p", { class: "notice error" }, data.error));
+    return;
+  }
+  document.getElementById("wait-window").textContent = `(last ${COST_DAYS} days, ${data.samples} tries placed)`;
+  const series = data.series.map((s) => ({ name: s.tenant, values: s.counts }));
+  box.replaceChildren(FedCharts.stackedBars(data.buckets, series, { label: "tries per wait before placement",
+    format: (v) => String(Math.round(v)), none: "No try placed in this window." }));
 }
 
 // Cost per day, one stacked series per tenant (or DAG), from the charges of the last COST_DAYS days.
