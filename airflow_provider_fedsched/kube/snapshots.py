@@ -324,18 +324,31 @@ async def ended_pods(access: ClusterAccess, timeout: float) -> dict[tuple[str, s
     ``Failed``; None when the cluster did not answer within ``timeout``. One list call, by label."""
     from kubernetes_asyncio import client
 
-    try:
+    async def listed() -> list[Any]:
         api = client.CoreV1Api(await api_client(access))
-        listed = await asyncio.wait_for(
-            api.list_pod_for_all_namespaces(label_selector=TASK_LABEL, field_selector=ENDED), timeout
+        call = api.list_pod_for_all_namespaces(
+            label_selector=TASK_LABEL, field_selector=ENDED, _preload_content=False
         )
+        response: Any = await call  # unparsed: an aiohttp response
+        try:
+            if response.status >= 400:
+                raise RuntimeError(f"{response.status} {response.reason}")
+            items: list[Any] = (await response.json()).get("items") or []
+            return items
+        finally:
+            response.release()
+
+    try:
+        # Unparsed (as the snapshot's lists): a starved worker parsing every pod into models timed out.
+        items = await asyncio.wait_for(listed(), timeout)
     except Exception:
         return None
-    return {
-        (pod.metadata.namespace, pod.metadata.name): str(pod.status.phase)
-        for pod in listed.items
-        if pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
-    }
+    ended: dict[tuple[str, str], str] = {}
+    for pod in items:
+        metadata, phase = pod.get("metadata") or {}, (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            ended[(str(metadata.get("namespace")), str(metadata.get("name")))] = str(phase)
+    return ended
 
 
 async def delete_pods(

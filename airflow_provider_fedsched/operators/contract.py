@@ -436,19 +436,38 @@ class Contract(KubernetesPodOperator):
             return False
 
     def _cancel(self) -> None:
-        """The task was ended (UI, API, timeout): delete the pod where it runs and record it."""
+        """The task was ended (UI, API, timeout, or Airflow resetting a try it took for orphaned): delete
+        the pod where it runs and record it.
+
+        The pod is written down first: a process being killed may not live to the end of the delete.
+        A pod already Succeeded (read now, or seen to end before its cluster went silent) is recorded as
+        a success before it goes, so that a retry never runs the work again (the full soak: four tries
+        reset this way after their pods had run to the end were run a second time)."""
         self._killed = True
         attempt = self.placement.current if self.placement else None
         if attempt is None or attempt.outcome != "running":
             return
         self.use_cluster(attempt.cluster)
-        gone = self.pod_manager.remove(attempt.namespace, attempt.pod, within=10.0)
-        if not gone:
-            self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
-        why = "the task was ended while its pod ran: " + ("pod deleted" if gone else "pod deleted later")
-        records.end_attempt(self.federation_hook, self._record, attempt, "cancelled", why)
-        records.end_try(self._record, "failed", why)
-        self.log.info("%s (%s/%s in %s)", why, attempt.namespace, attempt.pod, attempt.cluster)
+        hook = self.federation_hook
+        hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+        seen = self.pod_manager.observe(attempt.namespace, attempt.pod, events=False)
+        status = ((seen.pod or {}).get("status") or {}) if seen.answered else {}
+        ended = status.get("phase") if seen.answered else self._watch.ended_phase
+        if ended == "Succeeded" and not self.do_xcom_push:
+            why = f"pod {attempt.pod} Succeeded before the task was ended: its work is done, never run again"
+            records.end_attempt(hook, self._record, attempt, "succeeded", why)
+            records.end_try(self._record, "succeeded", why)
+        gone = seen.answered and seen.pod is None
+        gone = gone or self.pod_manager.remove(attempt.namespace, attempt.pod, within=10.0)
+        if gone:
+            hook.forget_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+        if attempt.outcome == "running":
+            why = "the task was ended while its pod ran: " + ("pod deleted" if gone else "pod deleted later")
+            records.end_attempt(hook, self._record, attempt, "cancelled", why)
+            records.end_try(self._record, "failed", why)
+        if self._context is not None:
+            self._save(self._context)
+        self.log.info("%s (%s/%s in %s)", attempt.reason, attempt.namespace, attempt.pod, attempt.cluster)
 
     def _attempt_pod(self, attempt: Attempt) -> k8s.V1Pod:
         """The attempt's pod: the task's template, labelled, told where it runs and whether it resumes."""

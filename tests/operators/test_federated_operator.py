@@ -556,3 +556,52 @@ def test_a_broken_member_is_skipped_with_its_reason_while_healthy_ones_serve(
     rejected = {r["cluster"]: r["reason"] for r in record["decisions"][0]["rejected"]}
     assert "connection does not exist" in rejected["aaa-broken"]
     assert "k8s_nowhere" in rejected["aaa-broken"]
+
+
+def test_on_kill_after_the_pod_succeeded_records_the_success_then_deletes_it(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """Full soak finding: Airflow reset tries it took for orphaned (a starved scheduler) after their pods
+    had run to the end; ``on_kill`` deleted the Succeeded pods and the retries ran the work again. The
+    success is now recorded before the pod goes: the next try finds it (``_earlier_succeeded``)."""
+    from kubernetes.client import models as k8s
+
+    from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
+    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+
+    north = sim_federation["north-gpu"]
+    north.create_pod(
+        "default",
+        {
+            "metadata": {"name": "done-then-killed", "annotations": {"sim.fedsched.io/duration": "1"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "base", "image": "busybox"}]},
+        },
+    )
+    wait_for(
+        lambda: (
+            (north.pod("default", "done-then-killed") or {}).get("status", {}).get("phase") == "Succeeded"
+        ),
+        timeout=60,
+        interval=0.05,
+    )
+    operator = FederatedKubernetesOperator(task_id="killed", image="busybox", termination_grace_period=0)
+    now = datetime.now(UTC)
+    attempt = Attempt(
+        number=1,
+        cluster="north-gpu",
+        namespace="default",
+        pod="done-then-killed",
+        placement_id="p",
+        started_at=now,
+    )
+    operator.placement = PlacementRecord(
+        dag_id="d", run_id="r", task_id="killed", try_number=1, started_at=now, attempts=[attempt]
+    )
+    operator.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="done-then-killed", namespace="default"))
+
+    operator.on_kill()
+
+    north.wait_for_gone("default", "done-then-killed", timeout=10)
+    assert (attempt.outcome, operator.placement.outcome) == ("succeeded", "succeeded")
+    assert "never run again" in operator.placement.reason
+    assert FederationHook().orphans("north-gpu") == []  # written down first, taken off once gone
