@@ -67,7 +67,7 @@ $(SOAK_VENV)/.installed: pyproject.toml uv.lock | $(UV)
 	UV_PROJECT_ENVIRONMENT=$(SOAK_VENV) $(UV) sync --frozen --group soak
 	touch $@
 
-# >= 200 tasks, LocalExecutor, then CeleryExecutor (Redis broker, two workers); about 15 min each.
+# >= 200 tasks, LocalExecutor, then CeleryExecutor (Redis broker, two workers); about 35 min each on 2 cores.
 soak: soak-install
 	@rc=0; for executor in local celery; do \
 		$(SOAK_VENV)/bin/python -m soak --profile full --executor $$executor || rc=1; done; exit $$rc
