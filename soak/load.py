@@ -110,7 +110,7 @@ PROFILES: dict[str, Profile] = {
         ],
         duration=(8.0, 20.0),
         unreachable_grace=45.0,
-        deadline_minutes=12.0,
+        deadline_minutes=40.0,
         parallelism=24,
         celery_concurrency=12,
         faults="full",
