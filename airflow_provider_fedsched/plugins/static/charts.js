@@ -95,13 +95,14 @@ const FedCharts = (() => {
   }
 
   // Stacked bars per category (a day): series [{name, values: {category: value}}].
-  function stackedBars(categories, series, { label, format = (v) => v.toFixed(2), none = "Nothing recorded yet." }) {
+  // counts: whole numbers on the axis (a top that divides into four whole steps).
+  function stackedBars(categories, series, { label, format = (v) => v.toFixed(2), none = "Nothing recorded yet.", counts = false }) {
     const wrap = document.createElement("figure");
     wrap.className = "figure";
     const totals = categories.map((c) => series.reduce((sum, s) => sum + (s.values[c] || 0), 0));
     const max = Math.max(0, ...totals);
     if (!categories.length || max <= 0) { wrap.append(empty(none)); return wrap; }
-    const top = max * 1.1;
+    const top = counts ? Math.max(4, Math.ceil((max * 1.1) / 4) * 4) : max * 1.1;
     const plotWidth = SIZE.width - SIZE.left - SIZE.right;
     const plotHeight = SIZE.height - SIZE.top - SIZE.bottom;
     const slot = plotWidth / categories.length;

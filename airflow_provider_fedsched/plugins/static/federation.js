@@ -221,7 +221,7 @@ async function waitPlot() {
   document.getElementById("wait-window").textContent = `(last ${COST_DAYS} days, ${data.samples} tries placed)`;
   const series = data.series.map((s) => ({ name: s.tenant, values: s.counts }));
   box.replaceChildren(FedCharts.stackedBars(data.buckets, series, { label: "tries per wait before placement",
-    format: (v) => String(Math.round(v)), none: "No try placed in this window." }));
+    format: (v) => String(Math.round(v)), none: "No try placed in this window.", counts: true }));
 }
 
 // Cost per day, one stacked series per tenant (or DAG), from the charges of the last COST_DAYS days.
