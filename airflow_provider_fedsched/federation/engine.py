@@ -7,9 +7,10 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from typing import cast
 
 from airflow_provider_fedsched.federation.decision import Candidate, Decision, Outcome, Rejection, ScoreTerm
-from airflow_provider_fedsched.federation.framework import SUCCESS, ClusterView, Code, CycleState
+from airflow_provider_fedsched.federation.framework import SUCCESS, ClusterView, Code, CycleState, Skips
 from airflow_provider_fedsched.federation.limits import check_time
 from airflow_provider_fedsched.federation.plugins import Profile, profile
 from airflow_provider_fedsched.federation.queue import queue_order
@@ -140,6 +141,10 @@ class FederationEngine:
             plugin.prepare(state)
         reservations = reservations or {}
         filters = plugins.filters
+        if plugins.skippers:  # a rule with nothing to check in this decision is not called per cluster
+            filters = tuple(
+                p for p in filters if p.name not in plugins.skippers or not cast(Skips, p).skip(state)
+            )
         passed, success, never = SUCCESS, Code.SUCCESS, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 
         survivors: list[ClusterView] = []

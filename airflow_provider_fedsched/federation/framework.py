@@ -161,6 +161,15 @@ class ScorePlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class Skips(Protocol):
+    """Optional, for filters: after ``prepare``, True when this decision gives the filter nothing to check
+    (it would pass every cluster), so the engine does not call it per cluster. It must never be True when
+    the filter could reject a cluster: a skipped rule is still a rule that held."""
+
+    def skip(self, state: CycleState) -> bool: ...
+
+
+@runtime_checkable
 class Explains(Protocol):
     """Optional, for filters: say why when this filter rejected every cluster of the federation."""
 

@@ -293,6 +293,22 @@ class FederationSpec(_Model):
         return {cluster.region for cluster in self.clusters} | set(self.regions)
 
     @cached_property
+    def highest_prices(self) -> Prices:
+        """Each price at its highest over the members: what no cluster's estimate can exceed."""
+        clusters = [cluster.prices for cluster in self.clusters]
+        extended: dict[str, float] = {}
+        for prices in clusters:
+            for name, price in prices.extended.items():
+                extended[name] = max(extended.get(name, 0.0), price)
+        return Prices(
+            cpu_hour=max((p.cpu_hour for p in clusters), default=0.0),
+            memory_gib_hour=max((p.memory_gib_hour for p in clusters), default=0.0),
+            gpu_hour=max((p.gpu_hour for p in clusters), default=0.0),
+            egress_gb=max((p.egress_gb for p in clusters), default=0.0),
+            extended=extended,
+        )
+
+    @cached_property
     def _names(self) -> _Names:
         return _Names(
             clusters={cluster.name: cluster for cluster in self.clusters},

@@ -7,6 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_fedsched.federation import FederationEngine, SpecError
 from airflow_provider_fedsched.federation.costs import attempt_cost, decision_costs, estimate
@@ -276,3 +278,66 @@ def test_tenant_spec_errors_name_the_field() -> None:
     assert mapped.tenant_mapping.tenant_for("al", ["ml"]) == "x"
     assert mapped.tenant_mapping.tenant_for("bo", ["etl", "ml"]) == "y"
     assert mapped.tenant_mapping.tenant_for(None, []) == "x"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    spent=st.floats(0, 40),
+    max_cost=st.one_of(st.none(), st.floats(0, 40)),
+    moved=st.floats(0, 200),
+    max_egress=st.one_of(st.none(), st.floats(0, 200)),
+    gpus=st.integers(0, 8),
+    hours=st.floats(0.1, 4),
+    used_gpus=st.integers(0, 70),
+    task_cap=st.one_of(st.none(), st.floats(0, 40)),
+    reads=st.booleans(),
+    waiting=st.integers(0, 3),
+)
+def test_skipped_tenant_rules_never_change_a_decision(
+    spent: float,
+    max_cost: float | None,
+    moved: float,
+    max_egress: float | None,
+    gpus: int,
+    hours: float,
+    used_gpus: int,
+    task_cap: float | None,
+    reads: bool,
+    waiting: int,
+) -> None:
+    """The engine does not call a tenant rule per cluster when its ``skip`` says there is nothing to
+    check (federation/framework.py ``Skips``): the decisions are exactly those of calling it everywhere."""
+    import dataclasses
+
+    budget: dict[str, Any] = {"period": "day"}
+    if max_cost is not None:
+        budget["max_cost"] = max_cost
+    if max_egress is not None:
+        budget["max_egress_gb"] = max_egress
+    tenants = [
+        {"name": "team-ml", "quota": {GPU: 64}, "weight": 3, "budget": budget},
+        {"name": "team-bi", "quota": {"cpu": "64"}},
+    ]
+    skipping = FederationEngine(gpu_federation(tenants=tenants))
+    calling = FederationEngine(gpu_federation(tenants=tenants))
+    calling._profile = dataclasses.replace(calling._profile, skippers=frozenset())
+    clusters = frozenset({"north-gpu", "south"})
+    inputs = TenantInputs(
+        usage={"team-ml": {GPU: used_gpus}, "team-bi": {"cpu": 1000}},
+        spent={"team-ml": spent},
+        egress_gb={"team-ml": moved},
+        waiting=tuple(
+            WaitingTask(f"w{i}", "team-bi", {"cpu": 1000 * (i + 1)}, clusters, NOW) for i in range(waiting)
+        ),
+        capacity={GPU: 64, "cpu": 768_000},
+    )
+    task = request(
+        {"cpu": "1", GPU: str(gpus)},
+        tenant="team-ml",
+        expected_duration_seconds=hours * 3600,
+        max_cost=task_cap,
+        datasets=["eu-data"] if reads else [],
+    )
+    one = skipping.decide(task, snapshots(), now=NOW, tenancy=inputs).to_dict()
+    other = calling.decide(task, snapshots(), now=NOW, tenancy=inputs).to_dict()
+    assert one == other

@@ -18,6 +18,7 @@ from airflow_provider_fedsched.federation.framework import (
     FilterPlugin,
     Plugin,
     ScorePlugin,
+    Skips,
 )
 from airflow_provider_fedsched.federation.registry import PLUGINS, Registered, weight_key
 
@@ -48,6 +49,8 @@ class Profile:
     """The plugins with data to prepare among the enabled ones and the tie-breaker."""
     explainers: Mapping[str, Callable[[CycleState], str | None]]
     """Filter name -> its ``explain_all``, for the filters that have one."""
+    skippers: frozenset[str] = frozenset()
+    """The filters that may say, after ``prepare``, that a decision gives them nothing to check."""
 
 
 @cache
@@ -73,7 +76,8 @@ def _profile(filters: frozenset[str], scores: frozenset[str]) -> Profile:
             seen.add(type(plugin).prepare)
             preparers.append(plugin)
     explainers = {p.name: p.explain_all for p in enabled_filters if isinstance(p, Explains)}
-    return Profile(enabled_filters, enabled_scores, tie_break, tuple(preparers), explainers)
+    skippers = frozenset(p.name for p in enabled_filters if isinstance(p, Skips))
+    return Profile(enabled_filters, enabled_scores, tie_break, tuple(preparers), explainers, skippers)
 
 
 def profile(filters: Sequence[str], scores: Sequence[str]) -> Profile:

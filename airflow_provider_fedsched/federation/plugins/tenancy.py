@@ -103,6 +103,25 @@ class Budget(FilterPlugin):
             ),
         )
 
+    def skip(self, state: CycleState) -> bool:
+        """Nothing to check: no budget, or a tenant budget that even the priciest member, moving every
+        dataset, would stay within (no per-task cap: those are judged per cluster)."""
+        data: _BudgetData | None = state.data[_BUDGET.name]
+        if data is None:
+            return True
+        request, tenant = state.request, data.tenant
+        if request.max_cost is not None or request.max_egress_gb is not None:
+            return False
+        if tenant is None or tenant.budget is None:
+            return True
+        budget = tenant.budget
+        most = (
+            compute_per_hour(state.spec.highest_prices, state.request_items) * data.hours + data.egress_cost
+        )
+        return (budget.max_cost is None or data.spent + most <= budget.max_cost) and (
+            budget.max_egress_gb is None or data.moved_gb + data.egress_gb <= budget.max_egress_gb
+        )
+
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         data: _BudgetData | None = state.data[_BUDGET.name]
         if data is None:
@@ -176,6 +195,10 @@ class TenantQuota(FilterPlugin):
                 )
             return unschedulable(quota_text(tenant.name, name, have, limit))
         return SUCCESS
+
+    def skip(self, state: CycleState) -> bool:
+        """The verdict is federation-wide: admitted, there is nothing to check per cluster."""
+        return state.data[_QUOTA.name] is SUCCESS
 
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         verdict: Status = state.data[_QUOTA.name]
@@ -251,6 +274,10 @@ class FairShare(FilterPlugin):
                 group.smallest[resource] = min(group.smallest.get(resource, 0), needs.get(resource, 0))
                 group.total[resource] = group.total.get(resource, 0) + needs.get(resource, 0)
         _FAIR.put(state, tuple(sorted(groups.values(), key=lambda a: (a.share, a.tenant))))
+
+    def skip(self, state: CycleState) -> bool:
+        """No tenant further below its share waits: nothing to leave room for."""
+        return not state.data[_FAIR.name]
 
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         ahead: tuple[_Ahead, ...] = state.data[_FAIR.name]
