@@ -65,7 +65,7 @@ def fair_share_run(seconds: float, warmup: float, fair: bool, seed: int) -> dict
             "clusters": [
                 {"name": c, "conn_id": c, "region": "r", "prices": {"gpu_hour": 1.0}} for c in clusters
             ],
-            "policy": {"snapshot_ttl_seconds": 10**9},
+            "policy": {"snapshot_ttl_seconds": 86400},  # never stale in the run (at most 10 years allowed)
             "tenants": [{"name": "team-a", "weight": 3}, {"name": "team-b", "weight": 1}],
         }
     )

@@ -231,6 +231,9 @@ class _Ahead:
     """Per resource, the least any of these tasks asks: with less free, none of them fits now."""
     total: dict[str, int]
     """What all of them ask together: the room this decision must leave them."""
+    smallest_items: tuple[tuple[str, int], ...] = ()
+    leave: tuple[tuple[str, int], ...] = ()
+    """Per resource this task asks: what it takes plus what they ask together (the room it needs free)."""
 
 
 _FAIR = DataKey[tuple[_Ahead, ...]]("FairShare")
@@ -254,25 +257,39 @@ class FairShare(FilterPlugin):
         own = key(tenant.name, tenant.weight)
         keys: dict[str, tuple[float, str]] = {}
         groups: dict[tuple[str, frozenset[str]], _Ahead] = {}
+        # Plain loops: this runs over every waiting task for every decision of an over-served tenant.
         for task in inputs.waiting:
-            if task.tenant == tenant.name:
+            name = task.tenant
+            if name == tenant.name:
                 continue
-            theirs = keys.get(task.tenant)
+            theirs = keys.get(name)
             if theirs is None:
-                theirs = keys[task.tenant] = key(task.tenant, state.spec.tenant(task.tenant).weight)
+                theirs = keys[name] = key(name, state.spec.tenant(name).weight)
             # Only a tenant further below its share, and only a request this one takes room from, matter.
-            needs = {r: a for r, a in task.resources.items() if a}
-            if not theirs < own or not any(mine.get(r, 0) for r in needs):
+            if not theirs < own:
                 continue
-            group = groups.get((task.tenant, task.clusters))
+            resources = task.resources
+            for resource, amount in resources.items():
+                if amount and mine.get(resource, 0):
+                    break
+            else:
+                continue
+            group = groups.get((name, task.clusters))
             if group is None:
-                groups[(task.tenant, task.clusters)] = _Ahead(
-                    task.tenant, theirs[0], task.clusters, dict(needs), dict(needs)
-                )
+                needs = {r: a for r, a in resources.items() if a}
+                groups[(name, task.clusters)] = _Ahead(name, theirs[0], task.clusters, needs, dict(needs))
                 continue
-            for resource in set(group.smallest) | set(needs):
-                group.smallest[resource] = min(group.smallest.get(resource, 0), needs.get(resource, 0))
-                group.total[resource] = group.total.get(resource, 0) + needs.get(resource, 0)
+            smallest, total = group.smallest, group.total
+            for resource in smallest:
+                if not resources.get(resource, 0):
+                    smallest[resource] = 0  # a task that needs none of it: the smallest need is none
+            for resource, amount in resources.items():
+                if amount:
+                    smallest[resource] = min(smallest.get(resource, 0), amount)
+                    total[resource] = total.get(resource, 0) + amount
+        for group in groups.values():  # the per-cluster checks as flat tuples: they run for every cluster
+            group.smallest_items = tuple(group.smallest.items())
+            group.leave = tuple((r, a + group.total.get(r, 0)) for r, a in state.request_items)
         _FAIR.put(state, tuple(sorted(groups.values(), key=lambda a: (a.share, a.tenant))))
 
     def skip(self, state: CycleState) -> bool:
@@ -286,15 +303,26 @@ class FairShare(FilterPlugin):
         # Cluster-wide free room (not per node): the waiting tasks' node fit is judged by their decisions.
         free = cluster.index.total_free
         reserved = cluster.reservation
-        mine = state.request_items
+        if reserved:  # in-flight placements hold part of the room
+            free = {r: free.get(r, 0) - reserved.get(r, 0) for r in free.keys() | reserved.keys()}
         name = cluster.spec.name
         for other in ahead:
             if name not in other.clusters:
                 continue
-            if any(free.get(r, 0) - reserved.get(r, 0) < a for r, a in other.smallest.items()):
+            room = True  # does the smallest of them fit here now?
+            for resource, amount in other.smallest_items:
+                if free.get(resource, 0) < amount:
+                    room = False
+                    break
+            if not room:
                 continue  # none of them fits here now: this room is not theirs to take
-            if all(free.get(r, 0) - reserved.get(r, 0) - a >= other.total.get(r, 0) for r, a in mine):
-                continue  # this task leaves them all the room they ask for
+            leaves = True  # does this task leave them all the room they ask for?
+            for resource, amount in other.leave:
+                if free.get(resource, 0) < amount:
+                    leaves = False
+                    break
+            if leaves:
+                continue
             return unschedulable(
                 f"fair share: {other.tenant} is further below its weighted share "
                 f"({other.share:.3f}) and has tasks waiting for this room"
