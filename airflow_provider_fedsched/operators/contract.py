@@ -159,27 +159,9 @@ class Contract(KubernetesPodOperator):
         return False
 
     def _succeed_with(self, context: Any, attempt: Attempt, reason: str) -> None:
-        """End the try in success with the known result of ``attempt``'s pod, added as an adopted attempt
-        (the attempt itself keeps how it was left)."""
-        record = self._record
-        adopted = attempt.model_copy(
-            update={
-                "number": len(record.attempts) + 1,
-                "adopted": True,
-                "outcome": "succeeded",
-                "decision": reason,
-                # Its cost was counted when it ran (by the attempt or try that left it), never twice.
-                "cost": 0.0,
-                "price_per_hour": 0.0,
-                "egress_gb": 0.0,
-                "egress_cost": 0.0,
-            }
-        )
-        record.attempts.append(adopted)
-        record.cluster = adopted.cluster
-        records.end_try(record, "succeeded", reason)
+        records.succeed_with(self._record, attempt, reason)
         self._save(context)
-        self.log.info("Placement: %s", record.summary())
+        self.log.info("Placement: %s", self._record.summary())
 
     def _adopt_earlier(self, context: Any) -> Attempt | None:
         """An earlier try's pod of this task instance, running or finished, in any member cluster."""

@@ -132,6 +132,27 @@ def charge(hook: FederationHook, record: PlacementRecord, attempt: Attempt) -> N
     metrics.attempt_cost(attempt.cost, moved, attempt.cluster, attempt.tenant)
 
 
+def succeed_with(record: PlacementRecord, attempt: Attempt, reason: str) -> None:
+    """End the try in success with the known result of ``attempt``'s pod (an earlier try's, or one this
+    try left in a silent cluster), added as an adopted attempt: the attempt itself keeps how it was left."""
+    adopted = attempt.model_copy(
+        update={
+            "number": len(record.attempts) + 1,
+            "adopted": True,
+            "outcome": "succeeded",
+            "decision": reason,
+            # Its cost was counted when it ran (by the attempt or try that left it), never twice.
+            "cost": 0.0,
+            "price_per_hour": 0.0,
+            "egress_gb": 0.0,
+            "egress_cost": 0.0,
+        }
+    )
+    record.attempts.append(adopted)
+    record.cluster = adopted.cluster
+    end_try(record, "succeeded", reason)
+
+
 def end_try(record: PlacementRecord, outcome: str, reason: str) -> None:
     record.outcome = "succeeded" if outcome == "succeeded" else "failed"
     record.reason = short(reason)
