@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.request import TaskRequest
-from airflow_provider_fedsched.federation.resources import ResourceList, format_quantity
+from airflow_provider_fedsched.federation.resources import ResourceList, fits, format_quantity
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec
 from airflow_provider_fedsched.federation.tenancy import TenantInputs
@@ -60,10 +60,6 @@ class Reclaim:
     node: str
     pods: tuple[BorrowingPod, ...]
     reason: str
-
-
-def _fits(request: Mapping[str, int], free: Mapping[str, int]) -> bool:
-    return all(amount <= free.get(name, 0) for name, amount in request.items() if amount > 0)
 
 
 def entitled_by(spec: FederationSpec, request: TaskRequest, inputs: TenantInputs) -> str | None:
@@ -121,7 +117,7 @@ def plan_reclaim(
                 if pod.leaving:
                     for name, amount in pod.resources.items():
                         free[name] = free.get(name, 0) + amount
-            if _fits(needed, free):
+            if fits(needed, free):
                 return None  # pods given back earlier are making the room: wait for them
             left = {name: dict(amounts) for name, amounts in borrowed.items()}
             chosen: list[BorrowingPod] = []
@@ -138,9 +134,9 @@ def plan_reclaim(
                     free[name] = free.get(name, 0) + amount
                     if name in over:
                         over[name] -= amount
-                if _fits(needed, free):
+                if fits(needed, free):
                     break
-            if not chosen or not _fits(needed, free):
+            if not chosen or not fits(needed, free):
                 continue
             if best is None or len(chosen) < len(best.pods):
                 owners = sorted({pod.tenant for pod in chosen})

@@ -457,14 +457,29 @@ def placement_of_run(dag_id: str, run_id: str) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def test_on_kill_deletes_the_pod_in_the_cluster_where_it_runs(
-    sim_federation: SimFederation, federation: Path
-) -> None:
+def operator_running(pod: str, cluster: str) -> tuple[Any, Any]:
+    """A FederatedKubernetesOperator whose try's current attempt is ``pod`` in ``cluster``, as on_kill
+    finds it: (operator, attempt)."""
     from kubernetes.client import models as k8s
 
     from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
     from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
 
+    operator = FederatedKubernetesOperator(task_id="killed", image="busybox", termination_grace_period=0)
+    now = datetime.now(UTC)
+    attempt = Attempt(
+        number=1, cluster=cluster, namespace="default", pod=pod, placement_id="p", started_at=now
+    )
+    operator.placement = PlacementRecord(
+        dag_id="d", run_id="r", task_id="killed", try_number=1, started_at=now, attempts=[attempt]
+    )
+    operator.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=pod, namespace="default"))
+    return operator, attempt
+
+
+def test_on_kill_deletes_the_pod_in_the_cluster_where_it_runs(
+    sim_federation: SimFederation, federation: Path
+) -> None:
     north = sim_federation["north-gpu"]
     north.create_pod(
         "default",
@@ -473,21 +488,8 @@ def test_on_kill_deletes_the_pod_in_the_cluster_where_it_runs(
             "spec": {"containers": [{"name": "base", "image": "busybox"}]},
         },
     )
-    operator = FederatedKubernetesOperator(task_id="killed", image="busybox", termination_grace_period=0)
-    now = datetime.now(UTC)
-    attempt = Attempt(
-        number=1,
-        cluster="north-gpu",
-        namespace="default",
-        pod="killed-task",
-        placement_id="p",
-        started_at=now,
-    )
-    operator.placement = PlacementRecord(
-        dag_id="d", run_id="r", task_id="killed", try_number=1, started_at=now, attempts=[attempt]
-    )
+    operator, _ = operator_running("killed-task", "north-gpu")
     operator.use_cluster("east-cpu")  # whatever cluster the operator last talked to
-    operator.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="killed-task", namespace="default"))
 
     operator.on_kill()
 
@@ -564,11 +566,6 @@ def test_on_kill_after_the_pod_succeeded_records_the_success_then_deletes_it(
     """Full soak finding: Airflow reset tries it took for orphaned (a starved scheduler) after their pods
     had run to the end; ``on_kill`` deleted the Succeeded pods and the retries ran the work again. The
     success is now recorded before the pod goes: the next try finds it (``_earlier_succeeded``)."""
-    from kubernetes.client import models as k8s
-
-    from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
-    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
-
     north = sim_federation["north-gpu"]
     north.create_pod(
         "default",
@@ -584,20 +581,7 @@ def test_on_kill_after_the_pod_succeeded_records_the_success_then_deletes_it(
         timeout=60,
         interval=0.05,
     )
-    operator = FederatedKubernetesOperator(task_id="killed", image="busybox", termination_grace_period=0)
-    now = datetime.now(UTC)
-    attempt = Attempt(
-        number=1,
-        cluster="north-gpu",
-        namespace="default",
-        pod="done-then-killed",
-        placement_id="p",
-        started_at=now,
-    )
-    operator.placement = PlacementRecord(
-        dag_id="d", run_id="r", task_id="killed", try_number=1, started_at=now, attempts=[attempt]
-    )
-    operator.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="done-then-killed", namespace="default"))
+    operator, attempt = operator_running("done-then-killed", "north-gpu")
 
     operator.on_kill()
 
