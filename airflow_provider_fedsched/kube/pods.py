@@ -11,11 +11,11 @@ done once it is confirmed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
+from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager, parse_log_line
 from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.kube.failures import ClusterFailure, is_connection_error, node_not_ready
@@ -163,6 +163,10 @@ class FederatedPodManager(PodManager):
         self._describe = describe  # (exc) -> human reason naming the server
         self.removed: set[tuple[str, str]] = set()
         """Pods this manager deleted (a later 404 is ours, not a vanished pod)."""
+        self._read_through: Any = None  # the timestamp of the last log line read, while reading the rest
+        self.logs_interrupted = False
+        """While following logs (:meth:`fetch_container_logs`), a stream ended in an error or the cluster
+        went silent: the stream may have ended before the container did."""
 
     # Reads -------------------------------------------------------------------------------------------
     def observe(self, namespace: str, name: str, *, events: bool = True, node: bool = False) -> Observation:
@@ -216,6 +220,7 @@ class FederatedPodManager(PodManager):
                 if is_gone(exc) or not unanswered(exc):
                     raise
                 waited = self.watch.unanswered(exc)
+                self.logs_interrupted = True
                 if waited >= self.watch.limit or self.watch.gave_up:
                     self.watch.gave_up = True
                     raise ClusterLost(self.unreachable(exc, waited)) from exc
@@ -279,9 +284,47 @@ class FederatedPodManager(PodManager):
             min(read or LOG_READ_TIMEOUT, LOG_READ_TIMEOUT),
         )
         once = getattr(PodManager.read_pod_logs, "__wrapped__", PodManager.read_pod_logs)
-        return self._answered(
+        stream = self._answered(
             lambda: once(self, pod, container_name, *args, **kwargs), f"the logs of pod {pod.metadata.name}"
         )
+        return self._noting_breaks(stream)
+
+    def _noting_breaks(self, stream: Iterable[bytes]) -> Iterator[bytes]:
+        """``stream``, noting an error that ends it early, without the lines up to ``_read_through`` (a
+        resumed read starts at a whole second, before the last line read)."""
+        read_through, skipping = self._read_through, False
+        try:
+            for raw in stream:
+                if read_through is not None:
+                    stamp, _ = parse_log_line(raw.decode("utf-8", errors="backslashreplace"))
+                    skipping = stamp <= read_through if stamp is not None else skipping
+                    if skipping:
+                        continue
+                yield raw
+        except Exception:
+            self.logs_interrupted = True
+            raise
+
+    def fetch_container_logs(
+        self, pod: k8s.V1Pod, container_name: str, *, follow: bool = False, **kwargs: Any
+    ) -> Any:
+        """KubernetesPodOperator's log following, plus one last read after an interrupted stream.
+
+        When the stream breaks (the cluster goes silent) and the container ends before the cluster answers
+        again, the provider returns without reading what the container wrote meanwhile: the task's last
+        lines would be lost. Only then, read them once, skipping the lines already read."""
+        self.logs_interrupted = False
+        status = super().fetch_container_logs(pod, container_name, follow=follow, **kwargs)
+        if follow and self.logs_interrupted and not status.running:
+            self.log.info(
+                "Reading the rest of the logs of pod %s: its stream was interrupted", pod.metadata.name
+            )
+            kwargs["since_time"] = self._read_through = status.last_log_time
+            try:
+                status = super().fetch_container_logs(pod, container_name, follow=False, **kwargs)
+            finally:
+                self._read_through = None
+        return status
 
     # Writes ------------------------------------------------------------------------------------------
     def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:

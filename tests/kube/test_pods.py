@@ -1,0 +1,69 @@
+"""FederatedPodManager's log following against a simulated cluster that stops answering mid-stream."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+from kubernetes import client
+
+from airflow_provider_fedsched.kube.pods import FederatedPodManager, Watch
+from airflow_provider_fedsched.sim import SimFederation, wait_for
+from tests.sim.conftest import TIME_SCALE, core_api, pod_body, unique
+
+
+@pytest.fixture
+def solo() -> Iterator[tuple[SimFederation, client.CoreV1Api]]:
+    """A private one-cluster federation (this test takes its API down) and a client of it."""
+    cfg = {
+        "time_scale": TIME_SCALE,
+        "clusters": [{"name": "solo", "node_pools": [{"name": "p", "count": 1}]}],
+    }
+    with SimFederation(cfg) as federation:
+        api = core_api(federation, "solo")
+        yield federation, api
+        api.api_client.close()
+
+
+class Lines:
+    """A KubernetesPodOperator callback that keeps every log line the manager reads."""
+
+    seen: ClassVar[list[str]] = []
+
+    @staticmethod
+    def progress_callback(*, line: str, **_: Any) -> None:
+        Lines.seen.append(line)
+
+
+def test_lines_written_while_the_stream_was_broken_are_read_once_the_cluster_answers(
+    solo: tuple[SimFederation, client.CoreV1Api],
+) -> None:
+    fed, api = solo
+    name = unique("logs")
+    # 200 simulated seconds = 4 s real: a line each second, then the container ends. The provider hands a
+    # line on when the next one begins (it may continue): "started" is seen once "running" was read.
+    lines = ["started", "running", "work done"]
+    annotations = {"sim.fedsched.io/duration": "200", "sim.fedsched.io/logs": json.dumps(lines)}
+    api.create_namespaced_pod("default", pod_body(name, annotations=annotations))
+    fed["solo"].wait_for_phase("default", name, "Running")
+    Lines.seen = []
+    manager = FederatedPodManager(api, [Lines], cluster="solo", server=fed["solo"].url, watch=Watch(grace=60))
+    remote = client.V1Pod(metadata=client.V1ObjectMeta(name=name, namespace="default"))
+    followed = threading.Thread(
+        target=manager.fetch_container_logs, args=(remote, "base"), kwargs={"follow": True}
+    )
+    followed.start()
+    wait_for(lambda: "started" in Lines.seen, 10, message="the first line was not read")
+
+    fed["solo"].faults.down()  # the open stream breaks; the container writes its last line unseen
+    fed["solo"].wait_for_phase("default", name, "Succeeded")
+    fed["solo"].faults.up()
+    followed.join(30)
+
+    assert not followed.is_alive()
+    # Each line once: the rest is read after the outage, without the lines read before it.
+    assert [line.strip() for line in Lines.seen] == lines
+    assert manager.logs_interrupted
