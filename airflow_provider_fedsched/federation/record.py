@@ -104,6 +104,9 @@ class PlacementRecord(BaseModel):
     """Wall-clock seconds spent waiting for a compliant cluster, all waits of the try."""
     failover_seconds: float = 0.0
     """Wall-clock seconds from each cluster failure first seen to the next pod created."""
+    left_by_earlier_try: Attempt | None = None
+    """An earlier try's attempt whose pod may still run in a cluster that did not answer this try, which
+    therefore started nothing: kept so that the next try waits for that cluster too."""
     started_at: datetime
     ended_at: datetime | None = None
     request: dict[str, Any] | None = None
@@ -121,6 +124,17 @@ class PlacementRecord(BaseModel):
     @property
     def current(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
+
+    @property
+    def last_known(self) -> Attempt | None:
+        """The latest attempt whose pod this try knows of: its own, else the one an earlier try left."""
+        return self.current or self.left_by_earlier_try
+
+    @property
+    def known_attempts(self) -> list[Attempt]:
+        """This try's attempts, after the one an earlier try left (if any)."""
+        left = self.left_by_earlier_try
+        return [left, *self.attempts] if left is not None else list(self.attempts)
 
     def summary(self) -> str:
         """One line for logs: where it ran and which clusters it left on the way."""

@@ -147,7 +147,7 @@ class Contract(KubernetesPodOperator):
             return False
         orphans = self.federation_hook.state.orphans
         tries = [r for r in (self._record, self._earlier) if r is not None]
-        for attempt in (a for r in tries for a in r.attempts if a.outcome in ("unreachable", "lost")):
+        for attempt in (a for r in tries for a in r.known_attempts if a.outcome in ("unreachable", "lost")):
             if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod):
                 reason = (
                     f"pod {attempt.pod} Succeeded in {attempt.cluster} while that cluster was silent to "
@@ -212,7 +212,8 @@ class Contract(KubernetesPodOperator):
             return None
         digest = attempts.record_digest(record)
         members = self.task_request.clusters or [c.name for c in self.federation_hook.spec.clusters]
-        last = earlier.current if earlier is not None else None
+        # Where the work may still run: the earlier try's last pod, or the one that try found silent.
+        last = earlier.last_known if earlier is not None else None
         found: list[tuple[str, Any]] = []
         for cluster in members:
             where_it_ran = last is not None and last.cluster == cluster
@@ -231,6 +232,7 @@ class Contract(KubernetesPodOperator):
                         time.sleep(2.0)
                         continue
                     if where_it_ran and (not self.preemptible or ended_there):
+                        record.left_by_earlier_try = last  # the next try waits for this cluster too
                         raise self._give_up(
                             context,
                             f"the earlier try's {kind} may still run in {cluster}, which does not answer: "

@@ -64,6 +64,7 @@ class Deferral(Contract):
             base_container_name=self.base_container_name,
             poll_interval=self.poll_interval,
             unreachable_grace=self._grace(),
+            result_grace=self._result_grace(),
             unschedulable_grace=float(self.unschedulable_grace_seconds),
             schedule_timeout=float(self.schedule_timeout_seconds),
             execution_deadline=deadline,

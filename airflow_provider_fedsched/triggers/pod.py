@@ -73,6 +73,10 @@ def _keep(future: asyncio.Future[None]) -> asyncio.Future[None]:
 
 READ_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
+LATE_START = 10.0
+"""Seconds after the deferral past which a trigger's first read comes late: the pod, unseen since the
+deferral, may have ended meanwhile, so a cluster silent at that read is waited for even by a preemptible
+task (up to ``result_grace``), as for a pod known to have ended."""
 
 
 class FederatedPodTrigger(BaseTrigger):
@@ -94,6 +98,8 @@ class FederatedPodTrigger(BaseTrigger):
         execution_deadline: float | None = None,
         not_before: float | None = None,
         trigger_kwargs: dict[str, Any] | None = None,
+        result_grace: float | None = None,
+        deferred_at: float | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.federation = federation
@@ -109,6 +115,8 @@ class FederatedPodTrigger(BaseTrigger):
         self.execution_deadline = execution_deadline
         self.not_before = not_before if not_before is not None else time.time() + min_deferral_seconds()
         self.trigger_kwargs = dict(trigger_kwargs or {})
+        self.result_grace = float(result_grace) if result_grace is not None else self.unreachable_grace
+        self.deferred_at = float(deferred_at) if deferred_at is not None else time.time()
         self._fired = False
         self._cleanup: asyncio.Future[None] | None = None
         self._federation_hook: Any = None
@@ -130,6 +138,8 @@ class FederatedPodTrigger(BaseTrigger):
                 "execution_deadline": self.execution_deadline,
                 "not_before": self.not_before,
                 "trigger_kwargs": self.trigger_kwargs,
+                "result_grace": self.result_grace,
+                "deferred_at": self.deferred_at,
             },
         )
 
@@ -236,6 +246,11 @@ class FederatedPodTrigger(BaseTrigger):
         except Exception as exc:  # a missing connection or spec: the operator fails the try with it
             return self._event("error", f"cannot reach cluster {self.cluster}: {exc}")
         started = time.monotonic()
+        # Unseen since the deferral for too long, the pod may have ended: a silent first read is waited
+        # out within the result grace, never taken for a pod lost while it ran.
+        grace = self.unreachable_grace
+        if time.time() - self.deferred_at > LATE_START + self.poll_interval:
+            grace = max(grace, self.result_grace)
         unanswered_since: float | None = None
         unschedulable_since: float | None = None
         unready_since: float | None = None
@@ -261,7 +276,7 @@ class FederatedPodTrigger(BaseTrigger):
                     return self._event("gone", f"pod {self.pod_namespace}/{self.pod_name} no longer exists")
                 unanswered_since = unanswered_since or now
                 waited = now - unanswered_since
-                if waited >= self.unreachable_grace:
+                if waited >= grace:
                     return self._event(
                         "lost",
                         f"{describe_error(exc, server, READ_TIMEOUT)}"
@@ -270,7 +285,7 @@ class FederatedPodTrigger(BaseTrigger):
                     )
                 await asyncio.sleep(min(self.poll_interval, 2.0))
                 continue
-            unanswered_since = None
+            unanswered_since, grace = None, self.unreachable_grace
             status = pod.get("status") or {}
             phase = status.get("phase")
             found = disruption(pod)

@@ -5,6 +5,7 @@ Kubernetes client are the real ones; only the moment of the outage is chosen her
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 
 from airflow.triggers.base import TriggerEvent
@@ -72,3 +73,19 @@ class LateFirstReadTrigger(FederatedPodTrigger):
             await asyncio.to_thread(BEFORE_FIRST_READ, self.cluster, self.pod_namespace, self.pod_name)
         async for event in super().run():
             yield event
+
+
+class StartedLateTrigger(LateFirstReadTrigger):
+    """A restarted triggerer's trigger: it starts watching only once its first read counts as late
+    (:data:`~airflow_provider_fedsched.triggers.pod.LATE_START` after the deferral)."""
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_provider_fedsched.triggers.pod import LATE_START
+
+        await asyncio.sleep(max(0.0, self.deferred_at + LATE_START + self.poll_interval + 0.5 - time.time()))
+        async for event in super().run():
+            yield event
+
+
+BEFORE_LOOKING_FOR_EARLIER: Callable[[int], None] | None = None
+"""Set by the test: called with the try number before a try looks for an earlier try's pod."""

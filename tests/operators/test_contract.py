@@ -409,6 +409,52 @@ def test_a_retry_adopts_the_pod_its_earlier_try_wrote_down_and_takes_it_off_the_
     assert pods_of(sim_federation, dag_id) == []
 
 
+def test_a_try_that_found_the_cluster_silent_hands_on_where_the_work_may_run(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """CI soak finding: try 1's pod ran in a cluster that went silent; try 1 failed ``lost`` past the
+    grace, and try 2, finding the cluster still silent, failed without starting anything. Its record named
+    no pod, so try 3 did not wait for that cluster and started the work elsewhere: a second copy of
+    non-preemptible work (the first had Succeeded unseen). Try 2 now hands on where the work may run, and
+    try 3 waits for that cluster and adopts the pod."""
+    from tests.operators import outage_trigger
+
+    dag_id = "fed_outage_lost_twice"
+    east = sim_federation["east-cpu"]
+    tries: list[int] = []
+    timers: list[threading.Timer] = []
+
+    def before_looking(try_number: int) -> None:
+        tries.append(try_number)
+        if try_number == 3:  # the cluster answers again while try 3 waits for it (grace 5 s)
+            timers.append(threading.Timer(1, east.faults.up))
+            timers[-1].start()
+
+    def outage() -> None:
+        wait_for(lambda: pod_of(sim_federation, dag_id, "east-cpu", "Running"), timeout=120, interval=0.05)
+        east.faults.down()
+
+    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = before_looking
+    down = threading.Thread(target=outage, daemon=True)
+    down.start()
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
+        down.join(timeout=60)
+        for timer in timers:
+            timer.join(timeout=60)
+        east.faults.up()
+    assert tries == [1, 2, 3]
+    assert state == "success" and record is not None
+    assert record["try_number"] == 3
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert record["attempts"][0]["adopted"] is True
+    assert creates() == 1
+    assert "work done" in capfd.readouterr().out
+    assert pods_of(sim_federation, dag_id) == []
+
+
 def test_a_lost_event_from_a_cluster_that_answers_again_is_judged_by_a_fresh_read(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
 ) -> None:
@@ -476,6 +522,42 @@ def test_a_pod_that_ended_before_its_trigger_first_read_it_is_not_run_again(
             outage.join(timeout=60)
         sim_federation["east-cpu"].faults.up()
     assert noted == ["Succeeded"]  # the task deferred, and the snapshot wrote the end down
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
+    assert "work done" in capfd.readouterr().out
+    assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_late_trigger_that_finds_the_cluster_silent_waits_for_the_truth_even_when_preemptible(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """Full CeleryExecutor soak finding: a restarted triggerer started a preemptible task's trigger late;
+    its pod had Succeeded meanwhile, unseen by anyone, and its cluster was silent at the trigger's first
+    read, so the task moved and ran the work again. Unseen since the deferral, the pod's state is not
+    known: the trigger now waits for the cluster (within the result grace) and the result is adopted."""
+    from tests.operators import outage_trigger
+
+    dag_id = "fed_ended_before_a_late_first_read"
+    outages: list[threading.Timer] = []
+
+    def before_first_read(cluster: str, namespace: str, pod: str) -> None:
+        phase = (sim_federation[cluster].pod(namespace, pod) or {}).get("status", {}).get("phase")
+        assert phase == "Succeeded"  # it ran 2 s and the trigger starts more than 10 s after deferring
+        sim_federation[cluster].faults.down()
+        outage = threading.Timer(3, sim_federation[cluster].faults.up)
+        outage.start()
+        outages.append(outage)
+
+    outage_trigger.BEFORE_FIRST_READ = before_first_read
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        outage_trigger.BEFORE_FIRST_READ = None
+        for outage in outages:
+            outage.join(timeout=60)
+        sim_federation["east-cpu"].faults.up()
+    assert len(outages) == 1
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "succeeded")]
     assert creates() == 1

@@ -14,7 +14,7 @@ import yaml
 
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation
-from airflow_provider_fedsched.triggers.pod import FederatedPodTrigger
+from airflow_provider_fedsched.triggers.pod import LATE_START, FederatedPodTrigger
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
 
@@ -111,6 +111,35 @@ def test_an_outage_shorter_than_the_grace_is_waited_out(
     event = asyncio.run(asyncio.wait_for(run(), 60))
     assert event["status"] == "done"
     sim_federation["west-general"].delete_pod("default", "trig-short", grace=0)
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_preemptible_task_s_late_trigger_waits_for_a_silent_cluster_an_early_one_does_not(
+    sim_federation: SimFederation, federation: Path, late: bool
+) -> None:
+    """A preemptible task's trigger (grace 0) fires ``lost`` at its first unanswered read, unless that
+    read comes late after the deferral: the pod, unseen meanwhile, may have ended, so it is waited for."""
+    name = f"trig-{'late' if late else 'early'}"
+    start_pod(sim_federation, "west-general", name, duration=1)
+    sim_federation["west-general"].wait_for_phase("default", name, "Succeeded")
+    deferred_at = time.time() - (LATE_START + 5 if late else 0)
+    watcher = trigger(
+        federation, "west-general", name, unreachable_grace=0, result_grace=60, deferred_at=deferred_at
+    )
+    sim_federation["west-general"].faults.down()
+
+    async def run() -> dict[str, Any]:
+        asyncio.get_running_loop().call_later(2, sim_federation["west-general"].faults.up)
+        async for event in watcher.run():
+            return dict(event.payload)
+        raise AssertionError("no event")
+
+    try:
+        event = asyncio.run(asyncio.wait_for(run(), 60))
+    finally:
+        sim_federation["west-general"].faults.up()
+    assert (event["status"], event.get("phase")) == (("done", "Succeeded") if late else ("lost", None))
+    sim_federation["west-general"].delete_pod("default", name, grace=0)
 
 
 def test_an_outage_longer_than_the_grace_is_lost_with_a_reason(

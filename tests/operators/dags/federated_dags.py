@@ -155,6 +155,29 @@ federated_dag(
     annotations=sim(duration=300, logs=["work done"]),
 )
 
+
+class _LooksForEarlierOperator(FederatedKubernetesOperator):
+    def _adopt_earlier(self, context: Any) -> Any:
+        from tests.operators import outage_trigger
+
+        if outage_trigger.BEFORE_LOOKING_FOR_EARLIER is not None:
+            outage_trigger.BEFORE_LOOKING_FOR_EARLIER(context["ti"].try_number)
+        return super()._adopt_earlier(context)
+
+
+# Tries 1 and 2 find the cluster silent; try 3 must wait for it too and adopt the pod (test_contract.py).
+with DAG("fed_outage_lost_twice", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    _LooksForEarlierOperator(
+        task_id="work",
+        image="busybox:1.36",
+        clusters=["east-cpu", "west-general"],
+        unreachable_grace=5,
+        retries=2,
+        retry_delay=timedelta(seconds=1),
+        container_resources=requests(),
+        annotations=sim(duration=40, logs=["work done"]),
+    )
+
 # The smaller defects of issue 10.
 federated_dag("fed_cluster_selector", cluster_selector={"gpu": "true"})
 federated_dag("fed_hard_quota", namespace="etl", wait_timeout=600)
@@ -233,19 +256,27 @@ class _LateFirstReadOperator(FederatedKubernetesOperator):
     trigger_class = "tests.operators.outage_trigger.LateFirstReadTrigger"
 
 
-with DAG("fed_ended_before_first_read", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
-    _LateFirstReadOperator(
-        task_id="work",
-        image="busybox:1.36",
-        clusters=["east-cpu", "west-general"],
-        preemptible=True,
-        checkpoint="s3://bucket/ckpt",
-        unreachable_grace=60,
-        deferrable=True,
-        poll_interval=0.5,
-        container_resources=requests(),
-        annotations=sim(duration=2, logs=["work done"]),
-    )
+class _StartedLateOperator(FederatedKubernetesOperator):
+    trigger_class = "tests.operators.outage_trigger.StartedLateTrigger"
+
+
+for dag_id, operator in (
+    ("fed_ended_before_first_read", _LateFirstReadOperator),
+    ("fed_ended_before_a_late_first_read", _StartedLateOperator),
+):
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+        operator(
+            task_id="work",
+            image="busybox:1.36",
+            clusters=["east-cpu", "west-general"],
+            preemptible=True,
+            checkpoint="s3://bucket/ckpt",
+            unreachable_grace=60,
+            deferrable=True,
+            poll_interval=0.5,
+            container_resources=requests(),
+            annotations=sim(duration=2, logs=["work done"]),
+        )
 
 
 # A tenant within its guaranteed share waits for room that another tenant's preemptible pods borrow
