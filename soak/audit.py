@@ -14,7 +14,11 @@ It counts, per task (one ``(dag, task, map_index, run)``):
   that succeeded);
 - ``duplicates``: pods of one task that both ran, other than a preemptible move: two that ran to
   Succeeded, one started after another had Succeeded, or, for a task that is not preemptible, two whose
-  containers ran at the same time;
+  containers ran at the same time. A preemptible move is a pair of a preemptible task whose earlier pod
+  was running when its cluster (or its node) stopped answering and whose later pod was created while it
+  still did not answer (``silences``): the task moved, as preemptible allows, and the old pod was fenced;
+  each is listed (``moved``) without failing the run. A pod that ended before the silence began is no such
+  move: its result existed, and a later pod duplicates it;
 - ``leaked``: pods of the load still in a cluster (not removed from its API, or still running on a node);
 - ``sovereignty_violations``: pods that ran in a cluster whose region one of the task's datasets forbids;
 - node over-commit: moments when a node's admitted pods requested more than its allocatable.
@@ -37,12 +41,13 @@ TaskKey = tuple[str, int]
 TERMINAL_STATES = ("success", "failed")
 FINDING_ORDER = (
     *("duplicate", "leaked", "sovereignty", "overcommit"),
-    *("lost", "unexplained", "failed", "outlived"),
+    *("lost", "unexplained", "failed", "outlived", "moved"),
 )
 WAIT_GAVE_UP = "no cluster could take the task within"
 """What the operator's log says when a try's wait for a compliant cluster ran out (its ``wait_timeout``):
 a ``wait-timeout`` task is explained only with it, never by the mere absence of pods (Airflow can fail a
 try before the operator runs at all)."""
+MOVED = "a preemptible move: its cluster stopped answering while the first pod ran, both ran to the end"
 OUTLIVE_TOLERANCE = 60.0
 """Seconds a pod may still run after its task ended in Airflow (a heartbeat and a deletion)."""
 
@@ -129,6 +134,25 @@ class PodRun:
 
 
 @dataclass(frozen=True)
+class Silence:
+    """A cluster's API (``node`` None) or one node that did not answer from ``start`` to ``end``."""
+
+    cluster: str
+    node: str | None
+    start: float
+    end: float
+
+    def moved(self, earlier: PodRun, later: PodRun, now: float) -> bool:
+        """``later`` was created while this silence hid ``earlier``, which was running when it began."""
+        if earlier.cluster != self.cluster or (self.node is not None and earlier.node != self.node):
+            return False
+        assert earlier.started_at is not None
+        return earlier.started_at < self.start < earlier.ended_by(now) and (
+            self.start <= later.created_at <= self.end
+        )
+
+
+@dataclass(frozen=True)
 class Finding:
     kind: str
     """``duplicate``, ``leaked``, ``sovereignty``, ``overcommit``, ``lost``, ``failed``, ``unexplained``."""
@@ -185,12 +209,20 @@ class Audit:
         ]
 
 
-def _pairs(runs: list[PodRun], preemptible: bool, now: float) -> Iterable[tuple[PodRun, PodRun, str]]:
-    """Each later pod that duplicates an earlier one, with why (at most one reason per later pod)."""
+def _pairs(
+    runs: list[PodRun], preemptible: bool, now: float, silences: Iterable[Silence] = ()
+) -> Iterable[tuple[PodRun, PodRun, str]]:
+    """Each later pod that duplicates an earlier one, with why (at most one reason per later pod);
+    a preemptible move's pair comes with the reason ``MOVED``."""
     ran = sorted((r for r in runs if r.ran), key=lambda r: (r.started_at, r.uid))
+    silences = list(silences)
     for index, later in enumerate(ran):
         assert later.started_at is not None
         for earlier in ran[:index]:
+            if preemptible and any(s.moved(earlier, later, now) for s in silences):
+                if earlier.succeeded and later.succeeded:
+                    yield earlier, later, MOVED
+                continue
             if earlier.succeeded and later.succeeded:
                 yield earlier, later, "both ran to Succeeded"
                 break
@@ -213,12 +245,13 @@ def audit(
     logs: Callable[[TaskKey], str] | None = None,
     now: float | None = None,
     origin: float = 0.0,
+    silences: Iterable[Silence] = (),
 ) -> Audit:
     """Audit one run. ``journals``: each cluster's journal report (``pods`` and ``nodes``);
     ``task_instances``: Airflow's REST API view (``task_id``, ``map_index``, ``state``, ``try_number``);
     ``key_of``: a pod's task from its labels (None: not the load's); ``marked_failed``: tasks a fault
     marked failed; ``logs``: a task's last try's log (to quote why it failed); ``origin``: time zero of
-    the times printed."""
+    the times printed; ``silences``: when the faults kept a cluster's API or a node from answering."""
     result = Audit()
     expected = {e.key: e for e in expectations}
     result.tasks = len(expected)
@@ -249,9 +282,10 @@ def audit(
         if exp is None:
             result.add("lost", key, f"{len(pods)} pod(s) of a task the load never asked for")
             continue
-        for earlier, later, why in _pairs(pods, exp.preemptible, at):
-            result.duplicates += 1
-            result.add("duplicate", key, f"{why}: {earlier.describe(origin)} | {later.describe(origin)}")
+        for earlier, later, why in _pairs(pods, exp.preemptible, at, silences):
+            kind = "moved" if why == MOVED else "duplicate"
+            result.duplicates += kind == "duplicate"
+            result.add(kind, key, f"{why}: {earlier.describe(origin)} | {later.describe(origin)}")
         for run in pods:
             if run.removed_at is None or run.running:
                 result.leaked += 1

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from soak import tasklogs
-from soak.audit import Audit, Expectation, TaskKey, audit
+from soak.audit import Audit, Expectation, Silence, TaskKey, audit
 from soak.clusters import ClusterError, Clusters
 from soak.deployment import REPO, Airflow, session_cpu_seconds
 from soak.faults import Injector, schedule
@@ -245,7 +245,21 @@ def collect_and_audit(
         marked_failed=[r.task for r in injector.applied if r.kind == "mark-failed" and r.task],
         logs=logs,
         origin=origin,
+        silences=silences(injector, origin),
     )
+
+
+def silences(injector: Injector, origin: float) -> list[Silence]:
+    """The faults that kept a cluster's API (``down``) or a node (``node-not-ready``) from answering, in
+    the journals' wall-clock time."""
+    found = []
+    for record in injector.applied:
+        if record.kind not in ("down", "node-not-ready") or record.applied_at is None:
+            continue
+        cluster, _, node = record.target.partition("/")
+        end = origin + record.ended_at if record.ended_at is not None else float("inf")
+        found.append(Silence(cluster, node or None, origin + record.applied_at, end))
+    return found
 
 
 def write_result(

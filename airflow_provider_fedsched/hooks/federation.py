@@ -45,6 +45,8 @@ from airflow_provider_fedsched.state import (
 VARIABLE_PREFIX = "variable:"
 EMBED_LIMIT = 100
 """Federations up to this many clusters keep all snapshots in the one index key (about 15 KB each)."""
+ORPHAN_SWEEP_SECONDS = 5.0
+"""At a try's end, a cluster with pods written down is refreshed unless its snapshot is this recent."""
 DEFAULT_SNAPSHOT_TIMEOUT = 2.0
 """Seconds a cluster has to answer the three list calls of a snapshot before it counts as unavailable."""
 POLL_INTERVAL_BOUNDS = (2.0, 120.0)
@@ -356,6 +358,25 @@ class FederationHook(BaseHook):
 
     def orphans(self, cluster: str, kind: str = "pod") -> list[tuple[str, str]]:
         return self.state.orphans.of(cluster, kind)
+
+    def sweep_orphans(self) -> list[str]:
+        """Refresh the snapshots of members where pods or Jobs are written down, unless one was taken
+        within :data:`ORPHAN_SWEEP_SECONDS` and answered: each refresh that reaches its cluster deletes
+        them. Returns the members refreshed. Every try calls this at its end, so a cluster that answers
+        again is cleaned up even when no later decision needs its snapshot."""
+        left = [c.name for c in self.spec.clusters if any(self.state.orphans.by_kind(c.name).values())]
+        newest = self.state.snapshots.newest(left) if left else {}
+        now = datetime.now(UTC)
+        due = [
+            name
+            for name in left
+            if name not in newest
+            or not newest[name].reachable
+            or (now - newest[name].observed_at).total_seconds() > ORPHAN_SWEEP_SECONDS
+        ]
+        if due:
+            self.collect(due)
+        return due
 
     def forget_orphan(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
         """Taken off the list: a later try watches it again (it adopted it)."""

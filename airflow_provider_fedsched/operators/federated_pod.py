@@ -12,8 +12,9 @@ is written down in docs/operator.md.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -184,12 +185,14 @@ class FederatedKubernetesOperator(Arguments, Deferral):
     # Entry points: a new try, a resume after a wait, a resume after the pod trigger ---------------------
     def execute(self, context: Any) -> Any:
         self._begin(context)
-        return self._continue(context)
+        with self._sweeping_at_the_end():
+            return self._continue(context)
 
     def resume_placement(self, context: Any, event: Any = None) -> Any:
         """Re-entry after a deferred wait: decide again."""
         self._begin(context)
-        return self._place_and_run(context)
+        with self._sweeping_at_the_end():
+            return self._place_and_run(context)
 
     def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
         """Re-entry after the pod trigger fired: judge the attempt from a fresh read of its pod."""
@@ -198,7 +201,30 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         if attempt is None or attempt.outcome != "running":
             raise FederationError("resumed from a deferral without a running attempt in the placement record")
         self.use_cluster(str(event.get("fedsched_cluster") or attempt.cluster))
-        return self._reenter(context, attempt, event)
+        with self._sweeping_at_the_end():
+            return self._reenter(context, attempt, event)
+
+    @contextlib.contextmanager
+    def _sweeping_at_the_end(self) -> Iterator[None]:
+        """When the try ends here (not when it defers), clean up what the federation left in clusters
+        that answer again (:meth:`FederationHook.sweep_orphans`); best effort, never the try's outcome."""
+        try:
+            yield
+        except TaskDeferred:
+            raise
+        except Exception:
+            self._sweep_orphans()
+            raise
+        self._sweep_orphans()
+
+    def _sweep_orphans(self) -> None:
+        try:
+            swept = self.federation_hook.sweep_orphans()
+        except Exception as exc:
+            self.log.warning("Could not clean up pods written down in silent clusters: %s", exc)
+            return
+        if swept:
+            self.log.info("Refreshed the snapshots of %s, where pods were written down", ", ".join(swept))
 
     def _begin(self, context: Any) -> None:
         """What every entry point does first: name, pod template and request, the try's record."""

@@ -173,6 +173,27 @@ def test_outage_longer_than_the_grace_fails_the_try_and_never_runs_the_work_twic
     assert pods_of(sim_federation, dag_id) == []
 
 
+def test_the_end_of_any_try_cleans_up_a_pod_left_in_a_cluster_that_answers_again(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """CI soak finding: pods written down in a silent cluster stayed there after it answered again,
+    because the load had ended and no decision refreshed that cluster's snapshot. Every try now refreshes,
+    at its end, the snapshots of clusters where pods are written down."""
+    dag_id = "fed_outage_lost_sync"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):
+        state, record, _ = run(dag_id)
+        assert state == "failed" and record is not None
+    (attempt,) = record["attempts"]
+    assert FederationHook().orphans("east-cpu") == [(attempt["namespace"], attempt["pod"])]
+    assert pods_of(sim_federation, dag_id) == [f"east-cpu/{attempt['pod']}"]
+
+    other, _, _ = run("fed_sovereign")  # an unrelated task, on another cluster, after east-cpu is back
+
+    assert other == "success"
+    assert FederationHook().orphans("east-cpu") == []
+    assert pods_of(sim_federation, dag_id) == []
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_outage_while_pending_longer_than_the_grace_fails_the_try_and_never_runs_the_work_twice(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_fedsched.sim import SimFederation, wait_for
-from soak.audit import Expectation, TaskKey, audit
+from soak.audit import Expectation, Silence, TaskKey, audit
 from soak.clusters import Clusters
 from soak.run import key_of
 
@@ -70,6 +70,7 @@ def run_audit(
     expectations: list[Expectation],
     marked: list[TaskKey] = (),  # type: ignore[assignment]
     logs: Mapping[TaskKey, str] | None = None,
+    silences: list[Silence] = (),  # type: ignore[assignment]
 ) -> Any:
     return audit(
         journals,
@@ -80,6 +81,7 @@ def run_audit(
         key_of,
         marked_failed=marked,
         logs=(lambda key: (logs or {}).get(key, "")),
+        silences=silences,
     )
 
 
@@ -118,6 +120,46 @@ def test_two_pods_that_both_succeeded_are_a_duplicate_even_when_preemptible() ->
     assert result.duplicates == 1 and not result.clean
     (line,) = [f.line() for f in result.findings if f.kind == "duplicate"]
     assert "both ran to Succeeded" in line and "east/soak/" in line and "west/soak/" in line
+
+
+@pytest.mark.parametrize(
+    ("silence", "duplicates"),
+    [
+        (Silence("east", None, 15, 60), 0),  # east went silent while the first pod ran: a move
+        (Silence("east", "east-n1", 15, 60), 0),  # its node stopped answering: a move too
+        (Silence("east", None, 25, 60), 1),  # the first pod had ended before: its result existed
+        (Silence("east", None, 15, 20), 1),  # the second pod came after east answered again
+        (Silence("east", "east-n2", 15, 60), 1),  # another node's silence hid nothing of this pod
+    ],
+)
+def test_a_preemptible_move_away_from_a_silent_cluster_is_listed_not_counted(
+    silence: Silence, duplicates: int
+) -> None:
+    result = run_audit(
+        [
+            journal("east", pod("t.0", 10, 22, "succeeded")),
+            journal("west", pod("t.0", 30, 50, "succeeded", "west")),
+        ],
+        [ti("t", 0, "success")],
+        [Expectation("t", 0, preemptible=True)],
+        silences=[silence],
+    )
+    assert result.duplicates == duplicates and result.clean == (duplicates == 0)
+    kinds = [f.kind for f in result.findings if f.kind in ("moved", "duplicate")]
+    assert kinds == (["moved"] if duplicates == 0 else ["duplicate"])
+
+
+def test_a_silence_is_no_excuse_for_a_task_that_is_not_preemptible() -> None:
+    result = run_audit(
+        [
+            journal("east", pod("t.0", 10, 22, "succeeded")),
+            journal("west", pod("t.0", 30, 50, "succeeded", "west")),
+        ],
+        [ti("t", 0, "success")],
+        [Expectation("t", 0)],
+        silences=[Silence("east", None, 15, 60)],
+    )
+    assert result.duplicates == 1
 
 
 def test_a_pod_started_after_the_result_was_known_is_a_duplicate() -> None:
