@@ -32,6 +32,8 @@ XCOM_DIR = Path("/airflow/xcom")
 NOBODY = 65534
 ENDED = ".ended"  # a folder of an ended container's log generations (see PodAgent._end_late_followers)
 FOLLOWER_SCAN_INTERVAL = 0.5
+LOG_SWAP_TRIES = 6
+"""Times the agent offers kwok the final log file (waiting 0.3 s, then twice as long each time)."""
 _PGREP = """#!/bin/sh
 # The XCom sidecar is stopped with `kill -2 $(pgrep -u $(id -u) -f 'sh')`: mark it killed for the
 # test bed (a kwok Stage ends the sidecar) and name this exec session's shell, which the kill ends too.
@@ -238,10 +240,30 @@ class PodAgent:
         except client.ApiException as exc:
             if exc.status != 404:
                 log.warning("test bed agent: logs of %s/%s: %s", namespace, name, exc)
-        # kwok reads the Logs objects through a watch: let it see the final file before the old one goes.
-        self._stop.wait(0.3)
-        path.unlink(missing_ok=True)
-        path.mkdir(exist_ok=True)
+        # kwok reads the Logs objects through a watch: the old file may go only once kwok names the final
+        # one. A plain read of the log tells: if kwok still reads the old path, the file comes back and
+        # kwok's watch is given longer (a fixed 0.3 s was once too short: "no logs found").
+        wait = 0.3
+        for _ in range(LOG_SWAP_TRIES):
+            self._stop.wait(wait)
+            path.unlink(missing_ok=True)
+            path.mkdir(exist_ok=True)
+            if self._log_readable(namespace, name, container):
+                return
+            path.rmdir()
+            shutil.copyfile(final, path)
+            wait *= 2
+        log.warning("test bed agent: kwok still reads the first log of %s/%s %s", namespace, name, container)
+
+    def _log_readable(self, namespace: str, name: str, container: str) -> bool:
+        """A plain read of the container's log through the API server answers (400: kwok found no file)."""
+        try:
+            self.core.read_namespaced_pod_log(name, namespace, container=container, _request_timeout=5)
+        except client.ApiException as exc:
+            return bool(exc.status != 400)
+        except Exception:  # no answer: nothing this agent can mend
+            return True
+        return True
 
     def _annotate(self, namespace: str, name: str, uid: str, key: str) -> None:
         # The uid in the patch is a precondition: a newer pod of the same name is never marked.
