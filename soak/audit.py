@@ -15,10 +15,11 @@ It counts, per task (one ``(dag, task, map_index, run)``):
 - ``duplicates``: pods of one task that both ran, other than a preemptible move: two that ran to
   Succeeded, one started after another had Succeeded, or, for a task that is not preemptible, two whose
   containers ran at the same time. A preemptible move is a pair of a preemptible task whose earlier pod
-  was running when its cluster (or its node) stopped answering and whose later pod was created while it
-  still did not answer (``silences``): the task moved, as preemptible allows, and the old pod was fenced;
-  each is listed (``moved``) without failing the run. A pod that ended before the silence began is no such
-  move: its result existed, and a later pod duplicates it;
+  was running when its cluster (or its node) stopped answering, or ended less than ``UNSEEN_WINDOW``
+  before (no watcher could have seen that end), and whose later pod was created while it still did not
+  answer (``silences``): the task moved, as preemptible allows, and the old pod was fenced; each is listed
+  (``moved``) without failing the run. A pod that ended earlier than that is no such move: its result
+  could be known, and a later pod duplicates it;
 - ``leaked``: pods of the load still in a cluster (not removed from its API, or still running on a node);
 - ``sovereignty_violations``: pods that ran in a cluster whose region one of the task's datasets forbids;
 - node over-commit: moments when a node's admitted pods requested more than its allocatable.
@@ -47,6 +48,10 @@ WAIT_GAVE_UP = "no cluster could take the task within"
 """What the operator's log says when a try's wait for a compliant cluster ran out (its ``wait_timeout``):
 a ``wait-timeout`` task is explained only with it, never by the mere absence of pods (Airflow can fail a
 try before the operator runs at all)."""
+UNSEEN_WINDOW = 3.0
+"""Seconds before a silence in which a pod's end is seen by nobody: the load's triggers read every 2 s
+(the operator's default poll interval) and a read takes up to a second on the soak's machine. A pod that
+ended that shortly before its cluster went silent counts as running when it did."""
 MOVED = "a preemptible move: its cluster stopped answering while the first pod ran, both ran to the end"
 OUTLIVE_TOLERANCE = 60.0
 """Seconds a pod may still run after its task ended in Airflow (a heartbeat and a deletion)."""
@@ -147,7 +152,7 @@ class Silence:
         if earlier.cluster != self.cluster or (self.node is not None and earlier.node != self.node):
             return False
         assert earlier.started_at is not None
-        return earlier.started_at < self.start < earlier.ended_by(now) and (
+        return earlier.started_at < self.start < earlier.ended_by(now) + UNSEEN_WINDOW and (
             self.start <= later.created_at <= self.end
         )
 

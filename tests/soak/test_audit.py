@@ -127,7 +127,8 @@ def test_two_pods_that_both_succeeded_are_a_duplicate_even_when_preemptible() ->
     [
         (Silence("east", None, 15, 60), 0),  # east went silent while the first pod ran: a move
         (Silence("east", "east-n1", 15, 60), 0),  # its node stopped answering: a move too
-        (Silence("east", None, 25, 60), 1),  # the first pod had ended before: its result existed
+        (Silence("east", None, 24, 60), 0),  # it ended 2 s before: within a poll, seen by nobody
+        (Silence("east", None, 26, 60), 1),  # it ended 4 s before: its result could be known
         (Silence("east", None, 15, 20), 1),  # the second pod came after east answered again
         (Silence("east", "east-n2", 15, 60), 1),  # another node's silence hid nothing of this pod
     ],
