@@ -505,32 +505,19 @@ def test_a_lost_event_from_a_cluster_that_answers_again_is_judged_by_a_fresh_rea
     assert pods_of(sim_federation, dag_id) == []
 
 
-def test_a_pod_that_ended_before_its_trigger_first_read_it_is_not_run_again(
-    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
-) -> None:
-    """Soak finding (CI profile): a busy triggerer started the trigger 15 s after the deferral; the pod
-    Succeeded meanwhile and its cluster went silent before the first read, so nobody had seen it end and
-    the preemptible task moved. Another worker's snapshot of that cluster, taken in between, now writes the
-    end down as the trigger would: the task waits for the result instead of running the work again."""
+def run_silenced_at_the_first_read(
+    fed: SimFederation, dag_id: str, look: Callable[[str, str, str], None]
+) -> tuple[str, dict[str, Any] | None, int]:
+    """Run ``dag_id``, whose trigger, before its first read, calls ``look(cluster, namespace, pod)`` and
+    then finds its cluster silent for 3 s. Returns the state, the record and how many outages began."""
     from tests.operators import outage_trigger
 
-    dag_id = "fed_ended_before_first_read"
-    noted: list[str | None] = []
-    outages: list[threading.Thread] = []
+    outages: list[threading.Timer] = []
 
     def before_first_read(cluster: str, namespace: str, pod: str) -> None:
-        wait_for(
-            lambda: (
-                (sim_federation[cluster].pod(namespace, pod) or {}).get("status", {}).get("phase")
-                == "Succeeded"
-            ),
-            timeout=120,
-            interval=0.05,
-        )
-        FederationHook().collect([cluster])  # another worker's decision refreshes the snapshot
-        noted.append((FederationHook().state.deferred.get(cluster, namespace, pod) or {}).get("ended"))
-        sim_federation[cluster].faults.down()
-        outage = threading.Timer(3, sim_federation[cluster].faults.up)
+        look(cluster, namespace, pod)
+        fed[cluster].faults.down()
+        outage = threading.Timer(3, fed[cluster].faults.up)
         outage.start()
         outages.append(outage)
 
@@ -541,7 +528,33 @@ def test_a_pod_that_ended_before_its_trigger_first_read_it_is_not_run_again(
         outage_trigger.BEFORE_FIRST_READ = None
         for outage in outages:
             outage.join(timeout=60)
-        sim_federation["east-cpu"].faults.up()
+        fed["east-cpu"].faults.up()
+    return state, record, len(outages)
+
+
+def test_a_pod_that_ended_before_its_trigger_first_read_it_is_not_run_again(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """Soak finding (CI profile): a busy triggerer started the trigger 15 s after the deferral; the pod
+    Succeeded meanwhile and its cluster went silent before the first read, so nobody had seen it end and
+    the preemptible task moved. Another worker's snapshot of that cluster, taken in between, now writes the
+    end down as the trigger would: the task waits for the result instead of running the work again."""
+    dag_id = "fed_ended_before_first_read"
+    noted: list[str | None] = []
+
+    def snapshot_sees_the_end(cluster: str, namespace: str, pod: str) -> None:
+        wait_for(
+            lambda: (
+                (sim_federation[cluster].pod(namespace, pod) or {}).get("status", {}).get("phase")
+                == "Succeeded"
+            ),
+            timeout=120,
+            interval=0.05,
+        )
+        FederationHook().collect([cluster])  # another worker's decision refreshes the snapshot
+        noted.append((FederationHook().state.deferred.get(cluster, namespace, pod) or {}).get("ended"))
+
+    state, record, _ = run_silenced_at_the_first_read(sim_federation, dag_id, snapshot_sees_the_end)
     assert noted == ["Succeeded"]  # the task deferred, and the snapshot wrote the end down
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "succeeded")]
@@ -557,28 +570,14 @@ def test_a_late_trigger_that_finds_the_cluster_silent_waits_for_the_truth_even_w
     its pod had Succeeded meanwhile, unseen by anyone, and its cluster was silent at the trigger's first
     read, so the task moved and ran the work again. Unseen since the deferral, the pod's state is not
     known: the trigger now waits for the cluster (within the result grace) and the result is adopted."""
-    from tests.operators import outage_trigger
-
     dag_id = "fed_ended_before_a_late_first_read"
-    outages: list[threading.Timer] = []
 
-    def before_first_read(cluster: str, namespace: str, pod: str) -> None:
+    def ended_unseen(cluster: str, namespace: str, pod: str) -> None:
         phase = (sim_federation[cluster].pod(namespace, pod) or {}).get("status", {}).get("phase")
         assert phase == "Succeeded"  # it ran 2 s and the trigger starts more than 10 s after deferring
-        sim_federation[cluster].faults.down()
-        outage = threading.Timer(3, sim_federation[cluster].faults.up)
-        outage.start()
-        outages.append(outage)
 
-    outage_trigger.BEFORE_FIRST_READ = before_first_read
-    try:
-        state, record, _ = run(dag_id)
-    finally:
-        outage_trigger.BEFORE_FIRST_READ = None
-        for outage in outages:
-            outage.join(timeout=60)
-        sim_federation["east-cpu"].faults.up()
-    assert len(outages) == 1
+    state, record, outages = run_silenced_at_the_first_read(sim_federation, dag_id, ended_unseen)
+    assert outages == 1
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "succeeded")]
     assert creates() == 1
