@@ -156,3 +156,13 @@ def test_the_backend_is_chosen_in_one_place_and_declares_its_consistency() -> No
     assert (memory.shared_by, memory.settle_seconds) == ("process", 0.0)
     assert variables.shared_by == "deployment" and variables.settle_seconds > 0
     assert not variables.compare_and_set
+
+
+def test_the_clusters_with_orphans_come_from_one_listing() -> None:
+    shared = state()
+    assert shared.orphans.clusters() == set()
+    shared.orphans.add("east", "default", "a")
+    shared.orphans.add("west", "default", "b", kind="job")
+    assert shared.orphans.clusters() == {"east", "west"}
+    shared.orphans.forget("east", "default", "a")
+    assert shared.orphans.clusters() == {"west"}

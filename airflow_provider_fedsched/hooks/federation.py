@@ -364,7 +364,8 @@ class FederationHook(BaseHook):
         within :data:`ORPHAN_SWEEP_SECONDS` and answered: each refresh that reaches its cluster deletes
         them. Returns the members refreshed. Every try calls this at its end, so a cluster that answers
         again is cleaned up even when no later decision needs its snapshot."""
-        left = [c.name for c in self.spec.clusters if any(self.state.orphans.by_kind(c.name).values())]
+        written = self.state.orphans.clusters()  # one listing, not a read per member
+        left = [c.name for c in self.spec.clusters if c.name in written]
         newest = self.state.snapshots.newest(left) if left else {}
         now = datetime.now(UTC)
         due = [

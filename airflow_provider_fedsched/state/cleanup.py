@@ -65,6 +65,11 @@ class OrphanStore(Store):
     def forget(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
         self.backend.delete(self._orphan_key(cluster, namespace, pod, kind))
 
+    def clusters(self) -> set[str]:
+        """The clusters with any orphan, from one listing of keys (no entry is read)."""
+        prefix = f"{self.prefix}/orphan/"
+        return {key[len(prefix) :].split("/", 1)[0] for key in self.backend.keys(prefix)}
+
     # A pod left behind in a silent cluster may have run to the end meanwhile: the sweep that deletes it
     # writes that down first, so that its task never runs the work again (see hooks/sensing.py). One small
     # key per such pod, removed when the task takes the result.
