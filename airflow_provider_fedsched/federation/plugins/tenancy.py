@@ -234,6 +234,8 @@ class _Ahead:
     smallest_items: tuple[tuple[str, int], ...] = ()
     leave: tuple[tuple[str, int], ...] = ()
     """Per resource this task asks: what it takes plus what they ask together (the room it needs free)."""
+    rejection: Status | None = None
+    """The verdict where this task would take their room (it names no cluster: built once per decision)."""
 
 
 _FAIR = DataKey[tuple[_Ahead, ...]]("FairShare")
@@ -323,8 +325,10 @@ class FairShare(FilterPlugin):
                     break
             if leaves:
                 continue
-            return unschedulable(
-                f"fair share: {other.tenant} is further below its weighted share "
-                f"({other.share:.3f}) and has tasks waiting for this room"
-            )
+            if other.rejection is None:
+                other.rejection = unschedulable(
+                    f"fair share: {other.tenant} is further below its weighted share "
+                    f"({other.share:.3f}) and has tasks waiting for this room"
+                )
+            return other.rejection
         return SUCCESS
