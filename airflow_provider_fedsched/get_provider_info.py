@@ -83,6 +83,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "15",
                         "default": "15",
                     },
+                    "janitor_interval_seconds": {
+                        "description": "Every this many seconds the triggerer deletes the pods written "
+                        "down in member clusters of the configured federation that answer again (a try "
+                        "that gave up on a silent cluster leaves its pod to be deleted later). 0 turns "
+                        "it off.",
+                        "version_added": "0.2.0",
+                        "type": "float",
+                        "example": "60",
+                        "default": "60",
+                    },
                     "placement_ledger": {
                         "description": "Hold each placement in the chosen member cluster's ledger (a "
                         "coordination.k8s.io Lease changed by compare-and-set), so that reservations hold "

@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_provider_fedsched.plugins import janitor
 from airflow_provider_fedsched.plugins.paths import URL_PREFIX
 
 
@@ -16,10 +17,12 @@ def _fastapi_apps() -> list[dict[str, Any]]:
 
 
 class FederationPlugin(AirflowPlugin):
-    """Adds **Federation** to the UI navigation, shown in the UI's iframe (``/plugin/federation``)."""
+    """Adds **Federation** to the UI navigation, shown in the UI's iframe (``/plugin/federation``), and
+    the triggerer's janitor (:mod:`.janitor`)."""
 
     name = "fedsched"
     fastapi_apps = _fastapi_apps()
+    listeners = [janitor]
     external_views = [
         {
             "name": "Federation",
