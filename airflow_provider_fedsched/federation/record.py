@@ -107,6 +107,9 @@ class PlacementRecord(BaseModel):
     left_by_earlier_try: Attempt | None = None
     """An earlier try's attempt whose pod may still run in a cluster that did not answer this try, which
     therefore started nothing: kept so that the next try waits for that cluster too."""
+    unsearched: list[str] = Field(default_factory=list)
+    """Members that did not answer when this try looked for an earlier try's pods: looked at again before
+    each launch, so a pod that finished or still runs there is adopted, never run a second time."""
     started_at: datetime
     ended_at: datetime | None = None
     request: dict[str, Any] | None = None

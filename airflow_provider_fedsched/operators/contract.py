@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +42,7 @@ from airflow_provider_fedsched.kube.pods import (
 )
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError, seconds
+from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT, EarlierTries
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
@@ -50,9 +50,6 @@ if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.request import TaskRequest
     from airflow_provider_fedsched.hooks.federation import FederationHook
     from airflow_provider_fedsched.kube.pods import FederatedPodManager, Watch
-
-GONE_TIMEOUT = 60.0
-"""Seconds to confirm that a left cluster's pod is gone before the next cluster is tried."""
 
 
 class ClusterLeft(Exception):
@@ -71,7 +68,7 @@ class Judged(Exception):
         self.failure = failure
 
 
-class Contract(KubernetesPodOperator):
+class Contract(EarlierTries):
     """The operator's judging and bookkeeping steps (a base of FederatedKubernetesOperator)."""
 
     if TYPE_CHECKING:  # provided by FederatedKubernetesOperator
@@ -123,124 +120,6 @@ class Contract(KubernetesPodOperator):
             except ClusterLeft:
                 pass  # evicted or gone while no worker watched: place again
         return self._place_and_run(context)
-
-    def _earlier_succeeded(self, context: Any) -> bool:
-        """The earlier try's record says its pod Succeeded (that try was ended before Airflow heard of it):
-        the work is not run again. Not for a task whose result is an XCom read from the pod."""
-        earlier = self._earlier
-        last = earlier.current if earlier is not None else None
-        if last is None or last.outcome != "succeeded" or self.do_xcom_push or self._record.attempts:
-            return False
-        assert earlier is not None
-        reason = (
-            f"try {earlier.try_number}'s pod {last.pod} Succeeded in {last.cluster} before that try was "
-            "ended: its work is not run again"
-        )
-        self._succeed_with(context, last, reason)
-        return True
-
-    def _left_pod_succeeded(self, context: Any) -> bool:
-        """A pod this task left in a silent cluster (fenced, or lost past the grace), in this try or an
-        earlier one, ran to the end meanwhile: the snapshot that deleted it found it Succeeded and wrote
-        that down (``hooks/sensing.py``). Its work is not run again. Not for ``do_xcom_push`` tasks."""
-        if self.do_xcom_push:
-            return False
-        orphans = self.federation_hook.state.orphans
-        tries = [r for r in (self._record, self._earlier) if r is not None]
-        for attempt in (a for r in tries for a in r.known_attempts if a.outcome in ("unreachable", "lost")):
-            if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod):
-                reason = (
-                    f"pod {attempt.pod} Succeeded in {attempt.cluster} while that cluster was silent to "
-                    "this task (the snapshot that deleted it saw it end): its work is not run again"
-                )
-                self._succeed_with(context, attempt, reason)
-                orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod)
-                return True
-        return False
-
-    def _succeed_with(self, context: Any, attempt: Attempt, reason: str) -> None:
-        records.succeed_with(self._record, attempt, reason)
-        self._save(context)
-        self.log.info("Placement: %s", self._record.summary())
-
-    def _adopt_earlier(self, context: Any) -> Attempt | None:
-        """An earlier try's pod of this task instance, running or finished, in any member cluster."""
-        found = self._find_earlier(context, "pod", lambda digest: self.pod_manager.find(digest))
-        if found is None:
-            return None
-        chosen, others = attempts.pick_adoptable(found)
-        for cluster, pod in others:
-            self.use_cluster(cluster)
-            metadata = pod.metadata
-            self.log.info(
-                "Deleting pod %s/%s of an earlier try (it ended)", metadata.namespace, metadata.name
-            )
-            if not self.pod_manager.remove(metadata.namespace, metadata.name, within=GONE_TIMEOUT):
-                self.federation_hook.add_orphan(cluster, metadata.namespace, metadata.name)
-        if chosen is None:
-            return None
-        return self._adopt(context, attempts.adopted_attempt(self._record, *chosen), "pod")
-
-    def _adopt(self, context: Any, attempt: Attempt, kind: str) -> Attempt:
-        """Watch an earlier try's pod (or Job) to its end as this try's attempt."""
-        # The earlier try may have written it down (its cluster was silent): no sweep may delete it now.
-        self.federation_hook.forget_orphan(attempt.cluster, attempt.namespace, attempt.pod, kind)
-        record = self._record
-        record.attempts.append(attempt)
-        record.cluster, record.outcome = attempt.cluster, "running"
-        self._save(context)
-        self.log.info(
-            "Adopting %s %s/%s in %s: %s",
-            kind,
-            attempt.namespace,
-            attempt.pod,
-            attempt.cluster,
-            attempt.decision,
-        )
-        return attempt
-
-    def _find_earlier(
-        self, context: Any, kind: str, find: Callable[[str], list[Any]]
-    ) -> list[tuple[str, Any]] | None:
-        """An earlier try's pods (or Jobs: ``find`` lists them in the current cluster) as ``(cluster,
-        item)``; None when this try can have none.
-
-        Only a retry (or a try whose record survived) can have one. The earlier record says where its
-        last pod ran: that cluster is waited for within the grace; the others are asked once."""
-        record, earlier = self._record, self._earlier
-        if record.try_number <= 1 and earlier is None:
-            return None
-        digest = attempts.record_digest(record)
-        members = self.task_request.clusters or [c.name for c in self.federation_hook.spec.clusters]
-        # Where the work may still run: the earlier try's last pod, or the one that try found silent.
-        last = earlier.last_known if earlier is not None else None
-        found: list[tuple[str, Any]] = []
-        for cluster in members:
-            where_it_ran = last is not None and last.cluster == cluster
-            # A pod seen ended whose cluster then went silent ("lost") is waited for even when
-            # preemptible: its work is done, it must be adopted, not run again.
-            ended_there = where_it_ran and last is not None and last.outcome == "lost"
-            wait = self._result_grace() if ended_there else self._grace() if where_it_ran else 0.0
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    self.use_cluster(cluster)
-                    found.extend((cluster, item) for item in find(digest))
-                    break
-                except Exception as exc:
-                    if time.monotonic() < deadline:
-                        time.sleep(2.0)
-                        continue
-                    if where_it_ran and (not self.preemptible or ended_there):
-                        record.left_by_earlier_try = last  # the next try waits for this cluster too
-                        raise self._give_up(
-                            context,
-                            f"the earlier try's {kind} may still run in {cluster}, which does not answer: "
-                            f"{self.pod_manager.reason(exc)}",
-                        ) from exc
-                    self.log.warning("Could not look for earlier %ss in %s: %s", kind, cluster, exc)
-                    break
-        return found
 
     # Start-up (sync) -------------------------------------------------------------------------------------
     def await_pod_start(self, pod: k8s.V1Pod) -> None:

@@ -33,7 +33,8 @@ from airflow_provider_fedsched.kube.labels import TASK_LABEL, TRY_LABEL
 from airflow_provider_fedsched.kube.pods import unanswered
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError
-from airflow_provider_fedsched.operators.contract import GONE_TIMEOUT, ClusterLeft, Judged
+from airflow_provider_fedsched.operators.contract import ClusterLeft, Judged
+from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
 
 __all__ = ["FederatedKubernetesJobOperator"]
@@ -325,13 +326,15 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         return ClusterLeft(failure)
 
     # An earlier try's Job; the task ended ------------------------------------------------------------------
-    def _adopt_earlier(self, context: Any) -> Attempt | None:
+    earlier_kind = "job"
+
+    def _find_in_cluster(self, digest: str) -> list[Any]:
+        return list(self.job_manager.find(digest, TASK_LABEL))
+
+    def _adopt_found(self, context: Any, found: list[tuple[str, Any]]) -> Attempt | None:
         """An earlier try's Job of this task instance (complete, else still running) is adopted, never run
         a second time; any other is deleted (written down if not confirmed gone). The cluster where the
         earlier try ran is waited for within the grace, as for pods."""
-        found = self._find_earlier(context, "job", lambda digest: self.job_manager.find(digest, TASK_LABEL))
-        if found is None:
-            return None
         usable = [
             (cluster, job)
             for cluster, job in found

@@ -262,6 +262,14 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             if self._left_pod_succeeded(context):
                 self.federation_hook.release(str(decision.cluster), reserved)
                 return None
+            # A member that did not answer this try's search for an earlier try's pods may answer now.
+            adopted = self._adopt_unsearched(context) if record.unsearched else None
+            if adopted is not None:
+                self.federation_hook.release(str(decision.cluster), reserved)
+                try:
+                    return self._run_attempt(context, adopted)
+                except ClusterLeft:
+                    continue
             if not record.attempts:
                 tenant = self.task_request.tenant
                 records.note_placed(self.federation_hook, record, str(decision.cluster), tenant)

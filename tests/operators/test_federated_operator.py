@@ -384,12 +384,7 @@ def test_a_try_killed_after_its_pod_succeeded_is_never_run_again(
     deletes the pod. The success is written down before the delete, so the next try finds either the
     pod (adopted, its logs read) or the record of its success (not run again): one pod, ever."""
     dag_id = "fed_killed_after_success"
-    airflow_harness.load_dag(DAG_FILE, dag_id)
-    airflow_harness.serialize_dags()
-    now = datetime.now(UTC)
-    run_id = f"manual__killed-{pod_left}-{now.timestamp():.0f}"
-    airflow_harness.create_dag_run(dag_id, run_id, now)
-    command = [str(Path(sys.executable).with_name("airflow")), "tasks", "test", dag_id, "work", run_id]
+    run_id, command = task_test_run(dag_id, f"killed-{pod_left}")
     east = sim_federation["east-cpu"]
     creates_before = pod_creates(sim_federation)
     deletes = "/api/v1/namespaces/default/pods/"
@@ -426,6 +421,73 @@ def test_a_try_killed_after_its_pod_succeeded_is_never_run_again(
     else:
         assert "its work is not run again" in record["reason"]
     assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_retry_that_found_a_dead_try_s_cluster_silent_adopts_its_result_once_it_answers(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """The full soak's ``sync_resumable[26]``: a preemptible try's worker is killed while its pod runs;
+    the pod Succeeds; its cluster goes silent before the retry looks for it. The retry may not wait for a
+    preemptible task's earlier cluster, but it must not start the work again there (or leave the finished
+    pod behind) once the cluster answers: the cluster is searched again before the launch and the earlier
+    pod, fenced meanwhile, is adopted or its recorded success taken. One pod, ever; none left."""
+    dag_id = "fed_killed_preemptible"
+    run_id, command = task_test_run(dag_id, "killed-preemptible")
+    east = sim_federation["east-cpu"]
+    creates_before = pod_creates(sim_federation)
+    first_try = try_number_of(dag_id, run_id)
+
+    def the_pod(phase: str) -> dict[str, Any] | None:
+        for pod in east.pods():
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
+                return pod
+        return None
+
+    first_log = federation.parent / "first-worker.log"
+    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        # A fresh `airflow tasks test` process imports Airflow and the provider first: slow on a busy machine.
+        wait_for(lambda: the_pod("Running"), timeout=240, message=str(first_log))
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    first = wait_for(lambda: the_pod("Succeeded"), timeout=120)
+    east.faults.down()
+    bump_try_number(dag_id, run_id)
+    retry_log = federation.parent / "retry.log"
+    retry = subprocess.Popen(command, stdout=retry_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(
+            lambda: "Could not look for earlier pods in east-cpu" in retry_log.read_text(),
+            timeout=240,
+            message=str(retry_log),
+        )
+        east.faults.up()  # east-cpu answers while the retry waits for a cluster (its only one)
+        assert retry.wait(timeout=300) == 0, retry_log.read_text()[-3000:]
+    finally:
+        east.faults.up()
+        if retry.poll() is None:
+            retry.kill()
+            retry.wait(timeout=30)
+
+    assert pod_creates(sim_federation) - creates_before == 1
+    record = placement_of_run(dag_id, run_id)
+    assert record["outcome"] == "succeeded" and record["try_number"] == first_try + 1, record
+    assert [a["pod"] for a in record["attempts"]] == [first["metadata"]["name"]], record
+    assert record["unsearched"] == []
+    assert pods_of(sim_federation, dag_id) == []
+    assert FederationHook().orphans("east-cpu") == []
+
+
+def task_test_run(dag_id: str, prefix: str) -> tuple[str, list[str]]:
+    """A new run of ``dag_id`` and the ``airflow tasks test`` command that runs its task (a worker)."""
+    airflow_harness.load_dag(DAG_FILE, dag_id)
+    airflow_harness.serialize_dags()
+    now = datetime.now(UTC)
+    run_id = f"manual__{prefix}-{now.timestamp():.0f}"
+    airflow_harness.create_dag_run(dag_id, run_id, now)
+    return run_id, [str(Path(sys.executable).with_name("airflow")), "tasks", "test", dag_id, "work", run_id]
 
 
 def try_number_of(dag_id: str, run_id: str) -> int:

@@ -73,6 +73,15 @@ federated_dag("fed_reattach", annotations=sim(duration=60))
 federated_dag(
     "fed_killed_after_success", clusters=["east-cpu"], unreachable_grace=120, annotations=sim(duration=20)
 )
+# A preemptible try killed while its pod runs; the pod Succeeds and its cluster goes silent before the
+# retry looks for it (test_federated_operator.py; the full soak's sync_resumable[26]).
+federated_dag(
+    "fed_killed_preemptible",
+    clusters=["east-cpu"],
+    preemptible=True,
+    checkpoint="s3://bucket/ckpt",
+    annotations=sim(duration=8, logs=["work done"]),
+)
 federated_dag(
     "fed_deferrable_xcom",
     deferrable=True,
