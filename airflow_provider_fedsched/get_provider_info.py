@@ -39,6 +39,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_fedsched.operators.federated_pod",
                     "airflow_provider_fedsched.operators.arguments",
                     "airflow_provider_fedsched.operators.contract",
+                    "airflow_provider_fedsched.operators.earlier",
                     "airflow_provider_fedsched.operators.deferral",
                     "airflow_provider_fedsched.operators.federated_job",
                 ],
