@@ -8,10 +8,12 @@ database); the try is marked failed the way ``PATCH /api/v2/.../taskInstances/..
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,28 @@ SECRET_MARKERS = (
     "certificate-authority-data",
     "client-key-data",
 )
+
+
+@contextlib.contextmanager
+def triggerer_running(log_path: Path, **env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``airflow triggerer`` process (its output in ``log_path``), stopped on leaving."""
+    with log_path.open("w") as log:
+        triggerer = subprocess.Popen(
+            [str(Path(sys.executable).with_name("airflow")), "triggerer", "--skip-serve-logs"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+    try:
+        yield triggerer
+    finally:
+        os.killpg(triggerer.pid, signal.SIGTERM)
+        try:
+            triggerer.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(triggerer.pid, signal.SIGKILL)
+            triggerer.wait(timeout=30)
 
 
 def the_pod(fed: SimFederation, run_id: str) -> tuple[str, dict[str, Any]] | None:
@@ -153,15 +177,7 @@ def test_a_try_marked_failed_while_no_triggerer_runs_leaves_no_pod(
 
     # The triggerer comes back.
     log_path = federation.parent / "triggerer.log"
-    with log_path.open("w") as log:
-        triggerer = subprocess.Popen(
-            [str(Path(sys.executable).with_name("airflow")), "triggerer", "--skip-serve-logs"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ),
-            start_new_session=True,
-        )
-    try:
+    with triggerer_running(log_path):
         # A fresh process imports Airflow and the provider first: slow on a busy machine.
         wait_for(
             lambda: sim_federation[cluster].pod(namespace, name) is None,
@@ -176,13 +192,6 @@ def test_a_try_marked_failed_while_no_triggerer_runs_leaves_no_pod(
             interval=0.2,
             message=str(log_path),
         )
-    finally:
-        os.killpg(triggerer.pid, signal.SIGTERM)
-        try:
-            triggerer.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(triggerer.pid, signal.SIGKILL)
-            triggerer.wait(timeout=30)
 
     # The trigger's log says why it deleted the pod: its own check of the task instance found the try
     # over, or the triggerer cancelled it as a user's action first (on_kill); which one comes first depends

@@ -8,10 +8,6 @@ triggerer`` process starts with the provider's plugin, as in any deployment, and
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +16,7 @@ from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.plugins import janitor
 from airflow_provider_fedsched.sim import SimFederation, wait_for
 from tests.operators.test_contract import Outage
+from tests.operators.test_ended_while_deferred import triggerer_running
 from tests.operators.test_federated_operator import pods_of, run
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
@@ -38,30 +35,11 @@ def test_the_triggerer_deletes_a_pod_written_down_after_the_last_try_ended(
     assert pods_of(sim_federation, dag_id) == [f"east-cpu/{attempt['pod']}"]
 
     log_path = federation.parent / "triggerer.log"
-    env = dict(os.environ, AIRFLOW__FEDSCHED__JANITOR_INTERVAL_SECONDS="1")
-    with log_path.open("w") as log:
-        triggerer = subprocess.Popen(
-            [str(Path(sys.executable).with_name("airflow")), "triggerer", "--skip-serve-logs"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    try:
+    with triggerer_running(log_path, AIRFLOW__FEDSCHED__JANITOR_INTERVAL_SECONDS="1"):
         # A fresh process imports Airflow and the provider first: slow on a busy machine.
         wait_for(
-            lambda: pods_of(sim_federation, dag_id) == [],
-            timeout=300,
-            interval=0.2,
-            message=str(log_path),
+            lambda: pods_of(sim_federation, dag_id) == [], timeout=300, interval=0.2, message=str(log_path)
         )
-    finally:
-        os.killpg(triggerer.pid, signal.SIGTERM)
-        try:
-            triggerer.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(triggerer.pid, signal.SIGKILL)
-            triggerer.wait(timeout=30)
     assert FederationHook().orphans("east-cpu") == []
     text = log_path.read_text()
     assert "Federation janitor: refreshed ['east-cpu']" in text, text[-3000:]
