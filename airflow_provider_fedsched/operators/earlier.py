@@ -9,7 +9,6 @@ task's search is searched again before each launch, and the earlier pod there is
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
@@ -105,7 +104,7 @@ class EarlierTries(KubernetesPodOperator):
 
     def _adopt_earlier(self, context: Any) -> Attempt | None:
         """An earlier try's pod of this task instance, running or finished, in any member cluster."""
-        found = self._find_earlier(context, self.earlier_kind, self._find_in_cluster)
+        found = self._find_earlier(context)
         return None if found is None else self._adopt_found(context, found)
 
     def _adopt_found(self, context: Any, found: list[tuple[str, Any]]) -> Attempt | None:
@@ -141,15 +140,13 @@ class EarlierTries(KubernetesPodOperator):
         )
         return attempt
 
-    def _find_earlier(
-        self, context: Any, kind: str, find: Callable[[str], list[Any]]
-    ) -> list[tuple[str, Any]] | None:
-        """An earlier try's pods (or Jobs: ``find`` lists them in the current cluster) as ``(cluster,
-        item)``; None when this try can have none.
+    def _find_earlier(self, context: Any) -> list[tuple[str, Any]] | None:
+        """An earlier try's pods (or Jobs: :meth:`_find_in_cluster`) as ``(cluster, item)``; None when
+        this try can have none.
 
         Only a retry (or a try whose record survived) can have one. The earlier record says where its
         last pod ran: that cluster is waited for within the grace; the others are asked once."""
-        record, earlier = self._record, self._earlier
+        record, earlier, kind, find = self._record, self._earlier, self.earlier_kind, self._find_in_cluster
         if record.try_number <= 1 and earlier is None:
             return None
         digest = attempts.record_digest(record)
