@@ -10,6 +10,7 @@ policies. Plots go to ``docs/images/replay-*.png``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -18,11 +19,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from airflow_provider_fedsched.replay import Settings, replay
 from airflow_provider_fedsched.replay.policies import POLICIES
 from airflow_provider_fedsched.replay.report import plot, render_table
+from airflow_provider_fedsched.replay.run import ReplayReport
 from airflow_provider_fedsched.replay.scenario import seed_3x20
 from airflow_provider_fedsched.replay.topology import build_federation
 from airflow_provider_fedsched.replay.workload import TraceShaping, read_nodes, read_pods, shape_trace
 
 IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+
+
+def timings(report: ReplayReport) -> str:
+    """Seconds of wall time per policy, and the machine's load average when the replays ended."""
+    per_policy = ", ".join(f"{name} {result.replay_seconds:.1f}" for name, result in report.results.items())
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    return f"wall s per policy: {per_policy}; load average {load}"
 
 
 def main() -> None:
@@ -35,6 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     report = replay(seed_3x20(0), list(POLICIES), Settings(), "seed-3x20")
     print(render_table(report))
+    print(timings(report))
     if not args.no_plots:
         plot(report, IMAGES / "replay-seed-3x20.png")
     folder = Path(args.traces) / "alibaba-gpu-v2023"
@@ -44,6 +54,7 @@ def main() -> None:
         federation = build_federation(nodes, tasks, clusters=4, seed=0)
         report = replay(federation, list(POLICIES), Settings(), f"alibaba {name}")
         print(render_table(report))
+        print(timings(report), flush=True)
         if name == "default" and not args.no_plots:
             plot(report, IMAGES / "replay-alibaba-default.png")
 

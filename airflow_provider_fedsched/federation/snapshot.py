@@ -117,6 +117,30 @@ class NodeGroup:
 
 
 @dataclass(slots=True)
+class NodeSelection:
+    """The nodes of one group that a node selector admits, with their maxima (as :class:`NodeGroup`)."""
+
+    nodes: list[IndexedNode]
+    """In the group's order: schedulable nodes first, each part in descending free cpu."""
+    max_allocatable: ResourceList
+    max_free: ResourceList
+    """Over the schedulable ones."""
+
+
+def _maxima(nodes: list[IndexedNode]) -> tuple[ResourceList, ResourceList]:
+    """Largest allocatable per resource over ``nodes``, largest free over the schedulable ones."""
+    max_allocatable: ResourceList = {}
+    max_free: ResourceList = {}
+    for node in nodes:
+        for name, amount in node.allocatable.items():
+            max_allocatable[name] = max(max_allocatable.get(name, 0), amount)
+        if node.schedulable:
+            for name, amount in node.free.items():
+                max_free[name] = max(max_free.get(name, 0), amount)
+    return max_allocatable, max_free
+
+
+@dataclass(slots=True)
 class ClusterIndex:
     groups: list[NodeGroup]
     node_count: int
@@ -130,6 +154,23 @@ class ClusterIndex:
     """(resource, groups, node selector) -> those groups' schedulable nodes matching the selector, by
     descending free amount of the resource (then name). Filled on first use by the reservation charge:
     sorted once per snapshot and kind of request, not once per decision."""
+    selected: dict[tuple[int, tuple[tuple[str, str], ...]], NodeSelection] = field(default_factory=dict)
+    """(group position, node selector) -> the group's nodes matching the selector. Filled on first use by
+    the fit checks: a selector is matched against each node once per snapshot, not once per decision."""
+
+    def matching(self, position: int, selector: tuple[tuple[str, str], ...]) -> NodeSelection:
+        """The nodes of group ``position`` whose labels match ``selector`` (sorted label pairs)."""
+        key = (position, selector)
+        chosen = self.selected.get(key)
+        if chosen is None:
+            group = self.groups[position]
+            if not selector:
+                chosen = NodeSelection(group.nodes, group.max_allocatable, group.max_free)
+            else:
+                nodes = [n for n in group.nodes if all(n.labels.get(k) == v for k, v in selector)]
+                chosen = NodeSelection(nodes, *_maxima(nodes))
+            self.selected[key] = chosen
+        return chosen
 
     def by_free(
         self, resource: str, groups: tuple[int, ...], selector: tuple[tuple[str, str], ...]
@@ -164,14 +205,7 @@ def _build_index(nodes: list[NodeSnapshot]) -> ClusterIndex:
     groups: list[NodeGroup] = []
     for taints, members in by_taints.items():
         members.sort(key=lambda n: (not n.schedulable, -n.free.get("cpu", 0), n.name))
-        max_allocatable: ResourceList = {}
-        max_free: ResourceList = {}
-        for member in members:
-            for name, amount in member.allocatable.items():
-                max_allocatable[name] = max(max_allocatable.get(name, 0), amount)
-            if member.schedulable:
-                for name, amount in member.free.items():
-                    max_free[name] = max(max_free.get(name, 0), amount)
+        max_allocatable, max_free = _maxima(members)
         schedulable = [member for member in members if member.schedulable]
         sorted_free = {name: sorted(m.free.get(name, 0) for m in schedulable) for name in max_allocatable}
         sorted_allocatable = {

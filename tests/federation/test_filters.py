@@ -67,6 +67,34 @@ def test_node_fit_skips_not_ready_unschedulable_tainted_and_unselected_nodes() -
     assert engine.decide(request({"cpu": "1"}), {"c": snapshot("c", only_tainted)}, now=NOW).outcome == "wait"
 
 
+def test_node_fit_counts_only_the_nodes_a_selector_admits_and_reuses_them_across_decisions() -> None:
+    # The only node with room is of the wrong type: the group's largest free cpu fits, the selector's
+    # nodes do not. The same snapshot answers requests with other selectors (its index keeps one list of
+    # nodes per selector) without mixing them up.
+    fed = spec([cluster("c")])
+    nodes = [
+        node("v100-free", {"cpu": "8"}, labels={"model": "v100"}),
+        node("a100-busy", {"cpu": "8"}, {"cpu": "6"}, labels={"model": "a100"}),
+        node("a100-full", {"cpu": "8"}, {"cpu": "8"}, labels={"model": "a100"}),
+    ]
+    engine = FederationEngine(fed)
+    snap = {"c": snapshot("c", nodes)}
+    a100 = request({"cpu": "4"}, node_selector={"model": "a100"})
+    decision = engine.decide(a100, snap, now=NOW)
+    assert decision.outcome == "wait"
+    assert rejection(decision, "c").reason == (
+        "0/3 nodes fit: 2 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector"
+    )
+    assert engine.decide(request({"cpu": "4"}, node_selector={"model": "v100"}), snap, now=NOW).cluster == "c"
+    assert engine.decide(request({"cpu": "2"}, node_selector={"model": "a100"}), snap, now=NOW).cluster == "c"
+    never = engine.decide(request({"cpu": "2"}, node_selector={"model": "h100"}), snap, now=NOW)
+    assert never.outcome == "impossible"
+    assert rejection(never, "c").reason.endswith(
+        "0/3 nodes fit: 3 node(s) didn't match Pod's node affinity/selector"
+    )
+    assert engine.decide(a100, snap, now=NOW).outcome == "wait"  # same answer from the kept lists
+
+
 def test_prefer_no_schedule_taints_do_not_block() -> None:
     soft = Taint(key="spot", value="true", effect="PreferNoSchedule")
     fed = spec([cluster("c", taints=[soft.model_dump()])])

@@ -35,7 +35,6 @@ from airflow_provider_fedsched.federation.plugins.nodefit import (
     _charge_reservation,
     _in_flight,
     _NodeFitData,
-    _selector_matches,
 )
 from airflow_provider_fedsched.federation.resources import CPU, GPU, MEMORY, ResourceList, format_quantity
 
@@ -158,19 +157,16 @@ def _eligible(
 ) -> Iterator[Mapping[str, int]]:
     """The free (now) or allocatable (ever) resources of the nodes the gang's pods may use."""
     constraints = data.constraints
-    selector = constraints.selector
-    for group in index.groups:
+    for position, group in enumerate(index.groups):
         if not constraints.tolerated(group.taints):
             continue
         # A group none of whose nodes could hold even the smallest pod adds nothing.
         most = group.max_free if now and adjusted is None else group.max_allocatable
         if skip_small and not _how_many(data.smallest, most):
             continue
-        for node in group.nodes:
+        for node in index.matching(position, constraints.selected).nodes:  # the nodes the selector admits
             if now and not node.schedulable:
                 break  # schedulable nodes come first
-            if selector and not _selector_matches(selector, node.labels):
-                continue
             if now:
                 yield adjusted.get(node.name, node.free) if adjusted else node.free
             else:

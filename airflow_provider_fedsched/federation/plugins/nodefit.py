@@ -53,6 +53,11 @@ class _NodeFitData:
     tolerated_taints: dict[tuple[Taint, ...], bool] = field(default_factory=dict)
     walks: dict[str, int] = field(default_factory=dict)
     """Cluster -> what the one walk of its index found, for the point that asks second."""
+    selected: tuple[tuple[str, str], ...] = field(init=False, default=())
+    """The node selector as sorted pairs: the key of the index's per-selector node lists."""
+
+    def __post_init__(self) -> None:
+        self.selected = tuple(sorted(self.selector.items()))
 
     def tolerated(self, taints: tuple[Taint, ...]) -> bool:
         if not taints:
@@ -71,10 +76,6 @@ class _NodeFitData:
 
 
 _DATA = DataKey[_NodeFitData]("NodeFit")
-
-
-def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(key) == value for key, value in selector.items())
 
 
 def _fits(items: tuple[tuple[str, int], ...], free: Mapping[str, int]) -> bool:
@@ -97,10 +98,9 @@ def _charge_reservation(
     """
     adjusted: dict[str, ResourceList] = {}
     groups = tuple(position for position, group in enumerate(index.groups) if data.tolerated(group.taints))
-    selector = tuple(sorted(data.selector.items()))
     for name, amount in reservation.items():
         left = amount
-        for node in index.by_free(name, groups, selector):
+        for node in index.by_free(name, groups, data.selected):
             if left <= 0:
                 break
             free = adjusted.setdefault(node.name, dict(node.free))
@@ -117,14 +117,17 @@ def _in_flight(cluster: ClusterView) -> ResourceList:
 
 def _walk(data: _NodeFitData, cluster: ClusterView, index: ClusterIndex) -> int:
     """One pass over the index answering both questions; stops at the first node with room now."""
-    items, selector = data.items, data.selector
+    items, selected = data.items, data.selected
     adjusted: dict[str, ResourceList] | None = None
     charged = False
     ever = False
-    for group in index.groups:
-        if not data.tolerated(group.taints) or not _fits(items, group.max_allocatable):
+    for position, group in enumerate(index.groups):
+        if not data.tolerated(group.taints):
             continue
-        may_fit_now = _fits(items, group.max_free)
+        chosen = index.matching(position, selected)  # the nodes the selector admits, and their maxima
+        if not _fits(items, chosen.max_allocatable):
+            continue
+        may_fit_now = _fits(items, chosen.max_free)
         if ever and not may_fit_now:
             continue
         if may_fit_now and not charged:
@@ -132,9 +135,7 @@ def _walk(data: _NodeFitData, cluster: ClusterView, index: ClusterIndex) -> int:
             charged = True
             reservation = _in_flight(cluster) if cluster.reservation else None
             adjusted = _charge_reservation(data, index, reservation) if reservation else None
-        for node in group.nodes:
-            if selector and not _selector_matches(selector, node.labels):
-                continue
+        for node in chosen.nodes:
             if may_fit_now and node.schedulable:
                 free = adjusted.get(node.name, node.free) if adjusted else node.free
                 if _fits(items, free):
@@ -166,7 +167,7 @@ def _explain(
 
     selector = data.selector
     items = data.items
-    for group in index.groups:
+    for position, group in enumerate(index.groups):
         considered = len(group.nodes)
         if check_status:
             count("node(s) were unschedulable or not ready", considered - group.schedulable_count)
@@ -184,12 +185,14 @@ def _explain(
                     f"Insufficient {name}", bisect_left(column, amount) if column is not None else considered
                 )
             continue
-        for node in group.nodes:
+        matched = index.matching(position, data.selected).nodes
+        if selector:
+            admitted = sum(1 for node in matched if node.schedulable) if check_status else len(matched)
+            count("node(s) didn't match Pod's node affinity/selector", considered - admitted)
+        lacking = dict.fromkeys((name for name, _ in items), 0)
+        for node in matched:
             if check_status and not node.schedulable:
                 continue  # counted above
-            if selector and not _selector_matches(selector, node.labels):
-                count("node(s) didn't match Pod's node affinity/selector", 1)
-                continue
             if not check_status:
                 free = node.allocatable
             elif available is not None and node.name in available:
@@ -198,7 +201,9 @@ def _explain(
                 free = node.free
             for name, amount in items:
                 if amount > free.get(name, 0):
-                    count(f"Insufficient {name}", 1)
+                    lacking[name] += 1
+        for name, times in lacking.items():
+            count(f"Insufficient {name}", times)
     details = ", ".join(f"{times} {reason}" for reason, times in sorted(counts.items()))
     return f"0/{index.node_count} nodes fit: {details}" if details else f"0/{index.node_count} nodes fit"
 
