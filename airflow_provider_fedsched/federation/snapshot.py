@@ -158,18 +158,16 @@ class ClusterIndex:
     """(group position, node selector) -> the group's nodes matching the selector. Filled on first use by
     the fit checks: a selector is matched against each node once per snapshot, not once per decision."""
 
-    def matching(self, position: int, selector: tuple[tuple[str, str], ...]) -> NodeSelection:
-        """The nodes of group ``position`` whose labels match ``selector`` (sorted label pairs)."""
+    def matching(self, position: int, selector: tuple[tuple[str, str], ...]) -> NodeGroup | NodeSelection:
+        """The nodes of group ``position`` whose labels match ``selector`` (sorted label pairs); without a
+        selector, the group itself."""
+        if not selector:
+            return self.groups[position]
         key = (position, selector)
         chosen = self.selected.get(key)
         if chosen is None:
-            group = self.groups[position]
-            if not selector:
-                chosen = NodeSelection(group.nodes, group.max_allocatable, group.max_free)
-            else:
-                nodes = [n for n in group.nodes if all(n.labels.get(k) == v for k, v in selector)]
-                chosen = NodeSelection(nodes, *_maxima(nodes))
-            self.selected[key] = chosen
+            nodes = [n for n in self.groups[position].nodes if all(n.labels.get(k) == v for k, v in selector)]
+            chosen = self.selected[key] = NodeSelection(nodes, *_maxima(nodes))
         return chosen
 
     def by_free(

@@ -57,7 +57,7 @@ class _NodeFitData:
     """The node selector as sorted pairs: the key of the index's per-selector node lists."""
 
     def __post_init__(self) -> None:
-        self.selected = tuple(sorted(self.selector.items()))
+        self.selected = tuple(sorted(self.selector.items())) if self.selector else ()
 
     def tolerated(self, taints: tuple[Taint, ...]) -> bool:
         if not taints:
@@ -124,7 +124,8 @@ def _walk(data: _NodeFitData, cluster: ClusterView, index: ClusterIndex) -> int:
     for position, group in enumerate(index.groups):
         if not data.tolerated(group.taints):
             continue
-        chosen = index.matching(position, selected)  # the nodes the selector admits, and their maxima
+        # The nodes the selector admits, and their maxima.
+        chosen = index.matching(position, selected) if selected else group
         if not _fits(items, chosen.max_allocatable):
             continue
         may_fit_now = _fits(items, chosen.max_free)
@@ -185,7 +186,7 @@ def _explain(
                     f"Insufficient {name}", bisect_left(column, amount) if column is not None else considered
                 )
             continue
-        matched = index.matching(position, data.selected).nodes
+        matched = index.matching(position, data.selected).nodes if selector else group.nodes
         if selector:
             admitted = sum(1 for node in matched if node.schedulable) if check_status else len(matched)
             count("node(s) didn't match Pod's node affinity/selector", considered - admitted)
