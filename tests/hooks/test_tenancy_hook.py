@@ -132,9 +132,33 @@ placed = []
 for i in range(4):
     request = TaskRequest(resources={"cpu": 1000}, tenant="team-a", expected_duration_seconds=60)
     decision = hook.place(request, f"{sys.argv[4]}-{i}")
-    placed.append(decision.cluster if decision.placed else None)
+    placed.append(decision.cluster if decision.placed else decision.reason)
 print(json.dumps(placed))
 """
+
+
+def place_from_worker_processes(tmp_path: Path, spec: dict[str, Any], workers: int = 6) -> list[str]:
+    """``workers`` processes place four one-cpu tasks of team-a each, all starting at the same moment
+    (shared state: Airflow Variables); each outcome is the cluster placed on, or the reason it waits."""
+    spec_path = tmp_path / "federation.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    go = tmp_path / "go"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(spec_path), str(go), str(tmp_path / f"ready-{i}"), f"w{i}"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "AIRFLOW__FEDSCHED__PLACEMENT_LEDGER": "False"},
+        )
+        for i in range(workers)
+    ]
+    deadline = time.monotonic() + 400
+    while not all((tmp_path / f"ready-{i}").exists() for i in range(workers)):
+        assert time.monotonic() < deadline, "workers did not start"
+        time.sleep(0.05)
+    go.touch()
+    results = [json.loads(p.communicate(timeout=400)[0].strip().splitlines()[-1]) for p in processes]
+    return [outcome for result in results for outcome in result]
 
 
 @pytest.mark.airflow
@@ -143,27 +167,9 @@ def test_quota_admission_from_many_worker_processes_does_not_over_admit(
     tmp_path: Path, airflow_db: None
 ) -> None:
     """Six processes place four one-cpu tasks each at the same moment against team-a's 8-cpu quota."""
-    now = datetime.now(UTC)
-    spec_path = tmp_path / "federation.yaml"
-    spec_path.write_text(yaml.safe_dump(SPEC))
-    hook_on(AirflowVariableStateBackend(), now)
-    go = tmp_path / "go"
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(spec_path), str(go), str(tmp_path / f"ready-{i}"), f"w{i}"],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "AIRFLOW__FEDSCHED__PLACEMENT_LEDGER": "False"},
-        )
-        for i in range(6)
-    ]
-    deadline = time.monotonic() + 400
-    while not all((tmp_path / f"ready-{i}").exists() for i in range(6)):
-        assert time.monotonic() < deadline, "workers did not start"
-        time.sleep(0.05)
-    go.touch()
-    results = [json.loads(worker.communicate(timeout=400)[0].strip().splitlines()[-1]) for worker in workers]
-    placed = sum(1 for result in results for cluster in result if cluster is not None)
+    hook_on(AirflowVariableStateBackend(), datetime.now(UTC))
+    outcomes = place_from_worker_processes(tmp_path, SPEC)
+    placed = sum(1 for outcome in outcomes if outcome in ("a", "b"))
     held = FederationHook(SPEC, state=FederationState(AirflowVariableStateBackend(), federation="teams"))
     rows = {row["tenant"]: row for row in held.tenants(datetime.now(UTC))}
     print(f"quota admission: 24 requests, quota 8, placed {placed}, over-admitted {max(0, placed - 8)}")
@@ -217,26 +223,6 @@ def test_fair_share_is_judged_again_with_the_holds_other_workers_made_at_the_sam
     assert tenancy.admitted(hook, cpu("1"), "mine", "a", datetime.now(UTC)) is None
 
 
-FAIR_WORKER = """
-import json, sys, time
-from pathlib import Path
-from airflow_provider_fedsched.federation import TaskRequest
-from airflow_provider_fedsched.hooks.federation import FederationHook
-from airflow_provider_fedsched.state import AirflowVariableStateBackend
-hook = FederationHook(sys.argv[1], state=AirflowVariableStateBackend())
-hook.spec, hook.state
-Path(sys.argv[3]).touch()
-while not Path(sys.argv[2]).exists():
-    time.sleep(0.005)
-placed = []
-for i in range(4):
-    request = TaskRequest(resources={"cpu": 1000}, tenant="team-a", expected_duration_seconds=60)
-    decision = hook.place(request, f"{sys.argv[4]}-{i}")
-    placed.append(decision.cluster if decision.placed else decision.reason)
-print(json.dumps(placed))
-"""
-
-
 @pytest.mark.airflow
 @pytest.mark.timeout(600)  # six Airflow worker processes start on a shared 2-core machine
 def test_fair_share_from_many_worker_processes_leaves_the_waiting_tenant_its_room(
@@ -244,34 +230,8 @@ def test_fair_share_from_many_worker_processes_leaves_the_waiting_tenant_its_roo
 ) -> None:
     """Six processes of over-served team-a place four one-cpu tasks each at the same moment on a cluster
     with 8 cpu free, while team-b's 4-cpu task waits for it: team-a may take 4 at most."""
-    spec_path = tmp_path / "federation.yaml"
-    spec_path.write_text(yaml.safe_dump(FAIR_SPEC))
     fair_hook(AirflowVariableStateBackend(), datetime.now(UTC))
-    go = tmp_path / "go"
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                FAIR_WORKER,
-                str(spec_path),
-                str(go),
-                str(tmp_path / f"ready-{i}"),
-                f"w{i}",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "AIRFLOW__FEDSCHED__PLACEMENT_LEDGER": "False"},
-        )
-        for i in range(6)
-    ]
-    deadline = time.monotonic() + 400
-    while not all((tmp_path / f"ready-{i}").exists() for i in range(6)):
-        assert time.monotonic() < deadline, "workers did not start"
-        time.sleep(0.05)
-    go.touch()
-    results = [json.loads(worker.communicate(timeout=400)[0].strip().splitlines()[-1]) for worker in workers]
-    outcomes = [outcome for result in results for outcome in result]
+    outcomes = place_from_worker_processes(tmp_path, FAIR_SPEC)
     placed = outcomes.count("a")
     print(
         f"fair share: 24 requests, room 8 cpu, 4 left for team-b, placed {placed}, over {max(0, placed - 4)}"
