@@ -15,11 +15,12 @@ It counts, per task (one ``(dag, task, map_index, run)``):
 - ``duplicates``: pods of one task that both ran, other than a preemptible move: two that ran to
   Succeeded, one started after another had Succeeded, or, for a task that is not preemptible, two whose
   containers ran at the same time. A preemptible move is a pair of a preemptible task whose earlier pod
-  was running when its cluster (or its node) stopped answering, or ended less than ``UNSEEN_WINDOW``
-  before (no watcher could have seen that end), and whose later pod was created while it still did not
-  answer (``silences``): the task moved, as preemptible allows, and the old pod was fenced; each is listed
-  (``moved``) without failing the run. A pod that ended earlier than that is no such move: its result
-  could be known, and a later pod duplicates it;
+  started before its cluster (or its node) stopped answering and whose end no client of the cluster had
+  been sent before that moment (the journal's ``end_seen``: running then, or ended unseen), and whose
+  later pod was created while the cluster still did not answer (``silences``): the task moved, as
+  preemptible allows, and the old pod was fenced; each is listed (``moved``) without failing the run.
+  A pod whose end some client of the cluster (other than this soak's own, ``SOAK_AGENT``) had been sent
+  before the silence is no such move: its result could be known, and a later pod duplicates it;
 - ``leaked``: pods of the load still in a cluster (not removed from its API, or still running on a node);
 - ``sovereignty_violations``: pods that ran in a cluster whose region one of the task's datasets forbids;
 - node over-commit: moments when a node's admitted pods requested more than its allocatable.
@@ -48,11 +49,10 @@ WAIT_GAVE_UP = "no cluster could take the task within"
 """What the operator's log says when a try's wait for a compliant cluster ran out (its ``wait_timeout``):
 a ``wait-timeout`` task is explained only with it, never by the mere absence of pods (Airflow can fail a
 try before the operator runs at all)."""
-UNSEEN_WINDOW = 3.0
-"""Seconds before a silence in which a pod's end is seen by nobody: the load's triggers read every 2 s
-(the operator's default poll interval) and a read takes up to a second on the soak's machine. A pod that
-ended that shortly before its cluster went silent counts as running when it did."""
-MOVED = "a preemptible move: its cluster stopped answering while the first pod ran, both ran to the end"
+SOAK_AGENT = "fedsched-soak"
+"""The User-Agent of the soak's own API calls (fault targets): what they are sent tells the provider
+nothing, so it never makes a pod's end known."""
+MOVED = "a preemptible move: its cluster stopped answering before anybody was sent the first pod's end"
 OUTLIVE_TOLERANCE = 60.0
 """Seconds a pod may still run after its task ended in Airflow (a heartbeat and a deletion)."""
 
@@ -92,6 +92,8 @@ class PodRun:
     exit_code: int | None
     reason: str | None
     running: bool
+    end_seen_at: float | None = None
+    """When a client of the cluster other than the soak itself was first sent the pod ended."""
 
     @classmethod
     def from_journal(cls, entry: Mapping[str, Any]) -> PodRun:
@@ -111,6 +113,14 @@ class PodRun:
             exit_code=entry.get("exit_code"),
             reason=entry.get("reason"),
             running=bool(entry.get("running")),
+            end_seen_at=min(
+                (
+                    float(at)
+                    for agent, at in (entry.get("end_seen") or {}).items()
+                    if not str(agent).startswith(SOAK_AGENT)
+                ),
+                default=None,
+            ),
         )
 
     @property
@@ -147,14 +157,14 @@ class Silence:
     start: float
     end: float
 
-    def moved(self, earlier: PodRun, later: PodRun, now: float) -> bool:
-        """``later`` was created while this silence hid ``earlier``, which was running when it began."""
+    def moved(self, earlier: PodRun, later: PodRun) -> bool:
+        """``later`` was created while this silence hid ``earlier``, whose end nobody had been sent when
+        the silence began."""
         if earlier.cluster != self.cluster or (self.node is not None and earlier.node != self.node):
             return False
         assert earlier.started_at is not None
-        return earlier.started_at < self.start < earlier.ended_by(now) + UNSEEN_WINDOW and (
-            self.start <= later.created_at <= self.end
-        )
+        unseen = earlier.end_seen_at is None or earlier.end_seen_at >= self.start
+        return earlier.started_at < self.start and unseen and self.start <= later.created_at <= self.end
 
 
 @dataclass(frozen=True)
@@ -224,7 +234,7 @@ def _pairs(
     for index, later in enumerate(ran):
         assert later.started_at is not None
         for earlier in ran[:index]:
-            if preemptible and any(s.moved(earlier, later, now) for s in silences):
+            if preemptible and any(s.moved(earlier, later) for s in silences):
                 if earlier.succeeded and later.succeeded:
                     yield earlier, later, MOVED
                 continue

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from soak.audit import SOAK_AGENT
 from soak.services import stop_process
 
 
@@ -95,7 +96,11 @@ class Clusters:
     def _call(
         self, url: str, cluster: str, method: str = "GET", body: Any = None, timeout: float = 30
     ) -> Any:
-        headers = {"Authorization": f"Bearer {self.tokens[cluster]}", "Accept": "application/json"}
+        headers = {
+            "Authorization": f"Bearer {self.tokens[cluster]}",
+            "Accept": "application/json",
+            "User-Agent": SOAK_AGENT,  # the auditor knows what the soak itself was sent
+        }
         data = None
         if body is not None:
             data = json.dumps(body).encode()

@@ -275,7 +275,7 @@ class FederationHook(BaseHook):
                 if not self.reserve(decision.cluster, request, placement_id, policy=policy):
                     full[decision.cluster] = "its ledger is full: placements of other workers took the room"
                     continue
-                over = tenancy.admitted(self, request, placement_id, datetime.now(UTC))
+                over = tenancy.admitted(self, request, placement_id, decision.cluster, datetime.now(UTC))
                 if over is not None:
                     self.release(decision.cluster, placement_id)
                     decision = tenancy.taken(decision, over)

@@ -17,14 +17,19 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_fedsched.federation.plugins.tenancy import tenant_demand
+from airflow_provider_fedsched.federation.plugins.tenancy import (
+    fair_share_text,
+    room_taken,
+    tenant_demand,
+    waiting_ahead,
+)
 from airflow_provider_fedsched.federation.reclaim import (
     ROOM_REFUSED_BY,
     BorrowingPod,
     entitled_by,
     plan_reclaim,
 )
-from airflow_provider_fedsched.federation.resources import ResourceList, add
+from airflow_provider_fedsched.federation.resources import ResourceList, add, subtract
 from airflow_provider_fedsched.federation.tenancy import TenantInputs, WaitingTask, period_start
 from airflow_provider_fedsched.hooks import metrics
 from airflow_provider_fedsched.kube.clients import run_in_background
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.decision import Decision
     from airflow_provider_fedsched.federation.request import TaskRequest
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
+    from airflow_provider_fedsched.federation.tenancy import TenantSpec
     from airflow_provider_fedsched.hooks.parts import HookParts
 
 PendingByTenant = Mapping[str, list[tuple[datetime, str, ResourceList]]]
@@ -106,20 +112,44 @@ def note_decision(
     )
 
 
-def admitted(hook: HookParts, request: TaskRequest, placement_id: str, now: datetime) -> str | None:
-    """After holding ``placement_id``: None when the tenant stays within its quota counting every
-    reservation held before it, else the reason (the caller releases the hold and waits)."""
+def admitted(
+    hook: HookParts, request: TaskRequest, placement_id: str, cluster: str, now: datetime
+) -> str | None:
+    """After holding ``placement_id`` on ``cluster``: None when, counting every reservation held before
+    it (by time, then placement id), the tenant stays within its quota and the request still leaves a
+    more under-served tenant's waiting tasks their room there; else the reason (the caller releases the
+    hold and waits)."""
     if request.tenant is None or not hook.spec.tenants:
         return None
     tenant = hook.spec.tenant(request.tenant)
     quota = tenant.quota_units
-    if not quota or (tenant.reclaimable and request.preemptible):
-        return None  # borrowing is judged by the decision; a borrowed pod is given back when needed
+    # Borrowing is judged by the decision; a borrowed pod is given back when needed.
+    check_quota = bool(quota) and not (tenant.reclaimable and request.preemptible)
+    waiting = hook.state.waiting.current(now)
+    check_share = any(w.tenant != tenant.name and cluster in w.clusters for w in waiting)
+    if not (check_quota or check_share):
+        return None
     settle = hook.state.backend.consistency.settle_seconds
     if settle:
         time.sleep(settle)  # let holds made at the same instant by other workers land
     snapshots = _stored(hook)
     _, pending = hook.state.reservations.pending_by(snapshots, now)
+    if check_quota:
+        over = _over_quota(tenant, pending, snapshots, placement_id)
+        if over is not None:
+            return over
+    if check_share:
+        return _room_taken(hook, tenant, request, placement_id, cluster, snapshots, pending, now)
+    return None
+
+
+def _over_quota(
+    tenant: TenantSpec,
+    pending: PendingByTenant,
+    snapshots: Mapping[str, ClusterSnapshot],
+    placement_id: str,
+) -> str | None:
+    quota = tenant.quota_units
     usage = snapshot_usage(snapshots).get(tenant.name, {})
     for _, held_id, requests in pending.get(tenant.name, []):
         usage = add(usage, tenant_demand(requests))
@@ -135,6 +165,36 @@ def admitted(hook: HookParts, request: TaskRequest, placement_id: str, now: date
         f"{tenant.name}'s quota of {quota[name]} {name} was taken by placements of other workers "
         f"made at the same time"
     )
+
+
+def _room_taken(
+    hook: HookParts,
+    tenant: TenantSpec,
+    request: TaskRequest,
+    placement_id: str,
+    cluster: str,
+    snapshots: Mapping[str, ClusterSnapshot],
+    pending: PendingByTenant,
+    now: datetime,
+) -> str | None:
+    """Fair share judged again with the holds other workers made on ``cluster`` before this one. This
+    tenant's own earlier holds are no reason the waiting tasks no longer fit (they may be the very
+    placements that took their room at the same time); every earlier hold counts against the room left."""
+    snapshot = snapshots.get(cluster)
+    earlier = hook.state.reservations.held_before(cluster, placement_id, snapshots, now)
+    tenancy = inputs(hook, snapshots, pending, now)
+    if snapshot is None or earlier is None or tenancy is None:
+        return None  # our hold is not visible (seen and released), or nothing to judge against
+    free = room = snapshot.index.total_free
+    for holder, requests in earlier:
+        free = subtract(free, requests)
+        if holder != tenant.name:
+            room = subtract(room, requests)
+    items = tuple(sorted(request.resources.items()))
+    other = room_taken(waiting_ahead(hook.spec, tenant, tenancy, items), cluster, free, room)
+    if other is None:
+        return None
+    return f"{fair_share_text(other)}; placements of other workers made at the same time took the rest"
 
 
 RECLAIM_TIMEOUT = 5.0

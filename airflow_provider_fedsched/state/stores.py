@@ -223,23 +223,46 @@ class ReservationStore(Store):
         requests)``, oldest first (one read for both)."""
         result: dict[str, ResourceList] = {}
         tenants: dict[str, list[tuple[datetime, str, ResourceList]]] = {}
+        for cluster, placement_id, stored in self._live(snapshots, now):
+            result[cluster] = add(result.get(cluster, {}), stored.requests)
+            if stored.tenant:
+                tenants.setdefault(stored.tenant, []).append((stored.at, placement_id, dict(stored.requests)))
+        for held in tenants.values():
+            held.sort(key=lambda item: (item[0], item[1]))
+        return result, tenants
+
+    def held_before(
+        self, cluster: str, placement_id: str, snapshots: Mapping[str, ClusterSnapshot], now: datetime
+    ) -> list[tuple[str | None, ResourceList]] | None:
+        """``(tenant, requests)`` of each pending reservation on ``cluster`` held before ``placement_id``
+        (by time, then placement id); None when that reservation is not pending there."""
+        held = sorted(
+            (stored.at, held_id, stored.tenant, stored.requests)
+            for name, held_id, stored in self._live(snapshots, now)
+            if name == cluster
+        )
+        for index, (_, held_id, _, _) in enumerate(held):
+            if held_id == placement_id:
+                return [(tenant, dict(requests)) for _, _, tenant, requests in held[:index]]
+        return None
+
+    def _live(
+        self, snapshots: Mapping[str, ClusterSnapshot], now: datetime
+    ) -> Iterable[tuple[str, str, StoredReservation]]:
+        """``(cluster, placement id, stored)`` of every reservation not yet seen in its cluster's snapshot
+        nor expired (those are deleted on the way)."""
         for key, raw in self.backend.get_many(f"{self.prefix}/reservation/").items():
             cluster, placement_id = key.rsplit("/", 2)[-2:]
             stored = read_stored(key, raw or None, _reservation)
             if stored is None:
                 continue
-            at = stored.at
             snapshot = snapshots.get(cluster)
+            at = stored.at
             seen = snapshot is not None and snapshot.observed_at > at and placement_id in snapshot.placements
             if seen or now - at > RESERVATION_TTL:
                 self.backend.delete(key)
                 continue
-            result[cluster] = add(result.get(cluster, {}), stored.requests)
-            if stored.tenant:
-                tenants.setdefault(stored.tenant, []).append((at, placement_id, dict(stored.requests)))
-        for held in tenants.values():
-            held.sort(key=lambda item: (item[0], item[1]))
-        return result, tenants
+            yield cluster, placement_id, stored
 
 
 class LeaseStore(Store):

@@ -16,6 +16,8 @@ import pytest
 import yaml
 
 from airflow_provider_fedsched.federation import ClusterSnapshot, TaskRequest
+from airflow_provider_fedsched.federation.tenancy import WaitingTask
+from airflow_provider_fedsched.hooks import tenancy
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.state import AirflowVariableStateBackend, FederationState, MemoryStateBackend
 from tests.federation.helpers import node
@@ -130,9 +132,33 @@ placed = []
 for i in range(4):
     request = TaskRequest(resources={"cpu": 1000}, tenant="team-a", expected_duration_seconds=60)
     decision = hook.place(request, f"{sys.argv[4]}-{i}")
-    placed.append(decision.cluster if decision.placed else None)
+    placed.append(decision.cluster if decision.placed else decision.reason)
 print(json.dumps(placed))
 """
+
+
+def place_from_worker_processes(tmp_path: Path, spec: dict[str, Any], workers: int = 6) -> list[str]:
+    """``workers`` processes place four one-cpu tasks of team-a each, all starting at the same moment
+    (shared state: Airflow Variables); each outcome is the cluster placed on, or the reason it waits."""
+    spec_path = tmp_path / "federation.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    go = tmp_path / "go"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(spec_path), str(go), str(tmp_path / f"ready-{i}"), f"w{i}"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "AIRFLOW__FEDSCHED__PLACEMENT_LEDGER": "False"},
+        )
+        for i in range(workers)
+    ]
+    deadline = time.monotonic() + 400
+    while not all((tmp_path / f"ready-{i}").exists() for i in range(workers)):
+        assert time.monotonic() < deadline, "workers did not start"
+        time.sleep(0.05)
+    go.touch()
+    results = [json.loads(p.communicate(timeout=400)[0].strip().splitlines()[-1]) for p in processes]
+    return [outcome for result in results for outcome in result]
 
 
 @pytest.mark.airflow
@@ -141,32 +167,78 @@ def test_quota_admission_from_many_worker_processes_does_not_over_admit(
     tmp_path: Path, airflow_db: None
 ) -> None:
     """Six processes place four one-cpu tasks each at the same moment against team-a's 8-cpu quota."""
-    now = datetime.now(UTC)
-    spec_path = tmp_path / "federation.yaml"
-    spec_path.write_text(yaml.safe_dump(SPEC))
-    hook_on(AirflowVariableStateBackend(), now)
-    go = tmp_path / "go"
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(spec_path), str(go), str(tmp_path / f"ready-{i}"), f"w{i}"],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "AIRFLOW__FEDSCHED__PLACEMENT_LEDGER": "False"},
-        )
-        for i in range(6)
-    ]
-    deadline = time.monotonic() + 400
-    while not all((tmp_path / f"ready-{i}").exists() for i in range(6)):
-        assert time.monotonic() < deadline, "workers did not start"
-        time.sleep(0.05)
-    go.touch()
-    results = [json.loads(worker.communicate(timeout=400)[0].strip().splitlines()[-1]) for worker in workers]
-    placed = sum(1 for result in results for cluster in result if cluster is not None)
+    hook_on(AirflowVariableStateBackend(), datetime.now(UTC))
+    outcomes = place_from_worker_processes(tmp_path, SPEC)
+    placed = sum(1 for outcome in outcomes if outcome in ("a", "b"))
     held = FederationHook(SPEC, state=FederationState(AirflowVariableStateBackend(), federation="teams"))
     rows = {row["tenant"]: row for row in held.tenants(datetime.now(UTC))}
     print(f"quota admission: 24 requests, quota 8, placed {placed}, over-admitted {max(0, placed - 8)}")
     assert 1 <= placed <= 8
     assert rows["team-a"]["used"]["cpu"] == str(placed)  # every admitted placement is still held
+
+
+# Fair share across workers: one cluster with 8 cpu free (team-a already uses 2 of its 10); team-b, with
+# nothing running, is further below its share and has a 4-cpu task waiting for that cluster.
+FAIR_SPEC: dict[str, Any] = {
+    "name": "fair",
+    "clusters": [{"name": "a", "conn_id": "k8s_a", "region": "r1"}],
+    "policy": {"snapshot_ttl_seconds": 3600},
+    "tenants": [{"name": "team-a"}, {"name": "team-b"}],
+}
+
+
+def fair_hook(backend: Any, now: datetime) -> FederationHook:
+    hook = FederationHook(FAIR_SPEC, state=FederationState(backend, federation="fair"))
+    hook.state.snapshots.put(
+        [
+            ClusterSnapshot(
+                cluster="a",
+                observed_at=now,
+                nodes=[node("a-n0", {"cpu": "10", "memory": "64Gi"}, {"cpu": "2"})],
+                tenants={"team-a": {"cpu": 2000, "pods": 2}},
+            )
+        ]
+    )
+    hook.state.waiting.put(
+        WaitingTask("b-waits", "team-b", {"cpu": 4000}, frozenset({"a"}), now - timedelta(seconds=30)), now
+    )
+    return hook
+
+
+def test_fair_share_is_judged_again_with_the_holds_other_workers_made_at_the_same_time() -> None:
+    """Another worker's 4-cpu hold, made just before this one and unseen by this decision, leaves 4 cpu:
+    taking 1 more would leave team-b's waiting 4-cpu task no room, so this hold is given up."""
+    now = datetime.now(UTC)
+    hook = fair_hook(MemoryStateBackend(), now)
+    assert hook.decide(cpu("1")).cluster == "a"  # 8 free: 1 cpu leaves team-b its 4
+    hook.reserve("a", cpu("4"), "other-worker", now=now - timedelta(milliseconds=5))
+    hook.reserve("a", cpu("1"), "mine", now=now)
+    reason = tenancy.admitted(hook, cpu("1"), "mine", "a", datetime.now(UTC))
+    assert reason is not None and reason.startswith("fair share: team-b is further below its weighted share")
+    assert "placements of other workers made at the same time" in reason
+    # The hold made first is judged without the later one: it still leaves team-b its room.
+    assert tenancy.admitted(hook, cpu("3"), "other-worker", "a", datetime.now(UTC)) is None
+    # Nothing waiting: nothing to judge again.
+    hook.state.waiting.remove("b-waits")
+    assert tenancy.admitted(hook, cpu("1"), "mine", "a", datetime.now(UTC)) is None
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(600)  # six Airflow worker processes start on a shared 2-core machine
+def test_fair_share_from_many_worker_processes_leaves_the_waiting_tenant_its_room(
+    tmp_path: Path, airflow_db: None
+) -> None:
+    """Six processes of over-served team-a place four one-cpu tasks each at the same moment on a cluster
+    with 8 cpu free, while team-b's 4-cpu task waits for it: team-a may take 4 at most."""
+    fair_hook(AirflowVariableStateBackend(), datetime.now(UTC))
+    outcomes = place_from_worker_processes(tmp_path, FAIR_SPEC)
+    placed = outcomes.count("a")
+    print(
+        f"fair share: 24 requests, room 8 cpu, 4 left for team-b, placed {placed}, over {max(0, placed - 4)}"
+    )
+    assert 1 <= placed <= 4
+    # The others wait: refused by fair share, or, while holds given up are still being released, by room.
+    assert all(o == "a" or o.startswith("wait: ") for o in outcomes), outcomes
 
 
 def test_each_attempt_records_its_cost_failed_ones_included() -> None:

@@ -9,7 +9,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from airflow_provider_fedsched.sim import SimFederation, wait_for
 from airflow_provider_fedsched.sim.apiserver.store import Store
@@ -189,3 +189,40 @@ def test_overcommit_detection() -> None:
     store.mutate("pods", "default", "b", lambda p: p["status"].update(phase="Succeeded"))
     load = journal.node_loads()["n"]
     assert not load["overcommitted"] and load["used"]["cpu"] == "1500m" and len(load["overcommits"]) == 1
+
+
+def test_who_was_sent_a_pod_after_it_ended_is_recorded(east: client.CoreV1Api, fed: SimFederation) -> None:
+    """``end_seen``: the first time each client (User-Agent) was sent the pod in a terminal phase, by any
+    read: a get, a list, a watch event. A read before the end, or a list whose selector leaves the ended
+    pod out, tells nobody that it ended."""
+    name = unique("js")
+    east.api_client.user_agent = "early-reader"
+    # 100 s of pod time run in 2 s at the tests' time scale: read while it runs, then wait for its end
+    # through the simulator's own store (no API call).
+    east.create_namespaced_pod("default", pod_body(name, annotations={"sim.fedsched.io/duration": "100"}))
+    fed["east-cpu"].wait_for_phase("default", name, "Running")
+    assert east.read_namespaced_pod(name, "default").status.phase == "Running"
+    fed["east-cpu"].wait_for_phase("default", name, "Succeeded")
+    assert entry(fed, "east-cpu", name)["end_seen"] == {}
+
+    east.api_client.user_agent = "running-lister"
+    running = east.list_namespaced_pod("default", field_selector="status.phase=Running")
+    assert name not in {p.metadata.name for p in running.items}
+    assert entry(fed, "east-cpu", name)["end_seen"] == {}
+
+    before = time.time()
+    east.api_client.user_agent = "lister"
+    east.list_namespaced_pod("default", label_selector="")
+    east.api_client.user_agent = "getter"
+    east.read_namespaced_pod(name, "default")
+    east.read_namespaced_pod(name, "default")
+    east.api_client.user_agent = "watcher"
+    events = watch.Watch().stream(
+        east.list_namespaced_pod, "default", field_selector=f"metadata.name={name}", timeout_seconds=5
+    )
+    assert next(events)["object"].status.phase == "Succeeded"
+    events.close()
+    seen = entry(fed, "east-cpu", name)["end_seen"]
+    assert set(seen) == {"lister", "getter", "watcher"}
+    assert before <= seen["lister"] <= seen["getter"] <= time.time()
+    east.delete_namespaced_pod(name, "default")

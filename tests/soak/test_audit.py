@@ -31,6 +31,7 @@ def pod(
     removed: float | None = 1000.0,
     running: bool = False,
     name: str | None = None,
+    end_seen: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     return {
         "cluster": cluster,
@@ -48,6 +49,7 @@ def pod(
         "exit_code": exit_code if exit_code is not None else (0 if outcome == "succeeded" else None),
         "reason": "Evicted" if outcome == "evicted" else None,
         "running": running,
+        "end_seen": end_seen or {},
     }
 
 
@@ -122,23 +124,28 @@ def test_two_pods_that_both_succeeded_are_a_duplicate_even_when_preemptible() ->
     assert "both ran to Succeeded" in line and "east/soak/" in line and "west/soak/" in line
 
 
+# The first pod ran 10..22 s on east-n1; the second was created at 29 s on west.
 @pytest.mark.parametrize(
-    ("silence", "duplicates"),
+    ("silence", "end_seen", "duplicates"),
     [
-        (Silence("east", None, 15, 60), 0),  # east went silent while the first pod ran: a move
-        (Silence("east", "east-n1", 15, 60), 0),  # its node stopped answering: a move too
-        (Silence("east", None, 24, 60), 0),  # it ended 2 s before: within a poll, seen by nobody
-        (Silence("east", None, 26, 60), 1),  # it ended 4 s before: its result could be known
-        (Silence("east", None, 15, 20), 1),  # the second pod came after east answered again
-        (Silence("east", "east-n2", 15, 60), 1),  # another node's silence hid nothing of this pod
+        (Silence("east", None, 15, 60), {}, 0),  # east went silent while the first pod ran: a move
+        (Silence("east", "east-n1", 15, 60), {}, 0),  # its node stopped answering: a move too
+        # it ended 4 s before east went silent, and no client was sent its end: nobody could know
+        (Silence("east", None, 26, 60), {}, 0),
+        (Silence("east", None, 26, 60), {"fedsched-soak": 23.0}, 0),  # only the soak's own read saw it
+        (Silence("east", None, 26, 60), {"fedsched-soak": 23.0, "OpenAPI-Generator": 25.5}, 1),  # known
+        (Silence("east", None, 24, 60), {"OpenAPI-Generator": 22.5}, 1),  # known 1.5 s before
+        (Silence("east", None, 24, 60), {"OpenAPI-Generator": 24.0}, 0),  # sent as the silence began
+        (Silence("east", None, 15, 20), {}, 1),  # the second pod came after east answered again
+        (Silence("east", "east-n2", 15, 60), {}, 1),  # another node's silence hid nothing of this pod
     ],
 )
 def test_a_preemptible_move_away_from_a_silent_cluster_is_listed_not_counted(
-    silence: Silence, duplicates: int
+    silence: Silence, end_seen: dict[str, float], duplicates: int
 ) -> None:
     result = run_audit(
         [
-            journal("east", pod("t.0", 10, 22, "succeeded")),
+            journal("east", pod("t.0", 10, 22, "succeeded", end_seen=end_seen)),
             journal("west", pod("t.0", 30, 50, "succeeded", "west")),
         ],
         [ti("t", 0, "success")],

@@ -37,9 +37,18 @@ from airflow_provider_fedsched.federation.resources import PODS, ResourceList, f
 from airflow_provider_fedsched.federation.tenancy import TenantInputs, dominant_share, quota_text
 
 if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.spec import FederationSpec
     from airflow_provider_fedsched.federation.tenancy import TenantSpec
 
-__all__ = ["Budget", "FairShare", "TenantQuota", "tenant_demand"]
+__all__ = [
+    "Budget",
+    "FairShare",
+    "TenantQuota",
+    "fair_share_text",
+    "room_taken",
+    "tenant_demand",
+    "waiting_ahead",
+]
 
 
 def tenant_demand(resources: ResourceList) -> ResourceList:
@@ -241,58 +250,99 @@ class _Ahead:
 _FAIR = DataKey[tuple[_Ahead, ...]]("FairShare")
 
 
+def waiting_ahead(
+    spec: FederationSpec, tenant: TenantSpec, inputs: TenantInputs, request_items: tuple[tuple[str, int], ...]
+) -> tuple[_Ahead, ...]:
+    """The waiting tasks of tenants further below their weighted share than ``tenant`` that ask for a
+    resource this request takes, grouped by tenant and clusters, the most under-served first."""
+    if not inputs.waiting:
+        return ()
+    capacity = inputs.capacity
+    mine = dict(request_items)
+
+    def key(name: str, weight: float) -> tuple[float, str]:
+        return (round(dominant_share(inputs.usage.get(name, {}), capacity) / weight, 12), name)
+
+    own = key(tenant.name, tenant.weight)
+    keys: dict[str, tuple[float, str]] = {}
+    groups: dict[tuple[str, frozenset[str]], _Ahead] = {}
+    # Plain loops: this runs over every waiting task for every decision of an over-served tenant.
+    for task in inputs.waiting:
+        name = task.tenant
+        if name == tenant.name:
+            continue
+        theirs = keys.get(name)
+        if theirs is None:
+            theirs = keys[name] = key(name, spec.tenant(name).weight)
+        # Only a tenant further below its share, and only a request this one takes room from, matter.
+        if not theirs < own:
+            continue
+        resources = task.resources
+        for resource, amount in resources.items():
+            if amount and mine.get(resource, 0):
+                break
+        else:
+            continue
+        group = groups.get((name, task.clusters))
+        if group is None:
+            needs = {r: a for r, a in resources.items() if a}
+            groups[(name, task.clusters)] = _Ahead(name, theirs[0], task.clusters, needs, dict(needs))
+            continue
+        smallest, total = group.smallest, group.total
+        for resource in smallest:
+            if not resources.get(resource, 0):
+                smallest[resource] = 0  # a task that needs none of it: the smallest need is none
+        for resource, amount in resources.items():
+            if amount:
+                smallest[resource] = min(smallest.get(resource, 0), amount)
+                total[resource] = total.get(resource, 0) + amount
+    for group in groups.values():  # the per-cluster checks as flat tuples: they run for every cluster
+        group.smallest_items = tuple(group.smallest.items())
+        group.leave = tuple((r, a + group.total.get(r, 0)) for r, a in request_items)
+    return tuple(sorted(groups.values(), key=lambda a: (a.share, a.tenant)))
+
+
+def room_taken(
+    ahead: tuple[_Ahead, ...], cluster: str, free: ResourceList, room: ResourceList | None = None
+) -> _Ahead | None:
+    """The first group of ``ahead`` whose room on ``cluster`` (``free``, cluster-wide) this request
+    would take: the smallest of its tasks fits there now (in ``room``, when that is judged apart), and
+    this request does not leave all of them the room they ask for."""
+    room = free if room is None else room
+    for other in ahead:
+        if cluster not in other.clusters:
+            continue
+        fits = True  # does the smallest of them fit here now?
+        for resource, amount in other.smallest_items:
+            if room.get(resource, 0) < amount:
+                fits = False
+                break
+        if not fits:
+            continue  # none of them fits here now: this room is not theirs to take
+        leaves = True  # does this task leave them all the room they ask for?
+        for resource, amount in other.leave:
+            if free.get(resource, 0) < amount:
+                leaves = False
+                break
+        if not leaves:
+            return other
+    return None
+
+
+def fair_share_text(other: _Ahead) -> str:
+    return (
+        f"fair share: {other.tenant} is further below its weighted share ({other.share:.3f}) "
+        f"and has tasks waiting for this room"
+    )
+
+
 class FairShare(FilterPlugin):
     name: ClassVar[str] = "FairShare"
 
     def prepare(self, state: CycleState) -> None:
         found = _tenant_of(state)
-        if found is None or not found[1].waiting:
-            _FAIR.put(state, ())
-            return
-        tenant, inputs = found
-        capacity = inputs.capacity
-        mine = dict(state.request_items)
-
-        def key(name: str, weight: float) -> tuple[float, str]:
-            return (round(dominant_share(inputs.usage.get(name, {}), capacity) / weight, 12), name)
-
-        own = key(tenant.name, tenant.weight)
-        keys: dict[str, tuple[float, str]] = {}
-        groups: dict[tuple[str, frozenset[str]], _Ahead] = {}
-        # Plain loops: this runs over every waiting task for every decision of an over-served tenant.
-        for task in inputs.waiting:
-            name = task.tenant
-            if name == tenant.name:
-                continue
-            theirs = keys.get(name)
-            if theirs is None:
-                theirs = keys[name] = key(name, state.spec.tenant(name).weight)
-            # Only a tenant further below its share, and only a request this one takes room from, matter.
-            if not theirs < own:
-                continue
-            resources = task.resources
-            for resource, amount in resources.items():
-                if amount and mine.get(resource, 0):
-                    break
-            else:
-                continue
-            group = groups.get((name, task.clusters))
-            if group is None:
-                needs = {r: a for r, a in resources.items() if a}
-                groups[(name, task.clusters)] = _Ahead(name, theirs[0], task.clusters, needs, dict(needs))
-                continue
-            smallest, total = group.smallest, group.total
-            for resource in smallest:
-                if not resources.get(resource, 0):
-                    smallest[resource] = 0  # a task that needs none of it: the smallest need is none
-            for resource, amount in resources.items():
-                if amount:
-                    smallest[resource] = min(smallest.get(resource, 0), amount)
-                    total[resource] = total.get(resource, 0) + amount
-        for group in groups.values():  # the per-cluster checks as flat tuples: they run for every cluster
-            group.smallest_items = tuple(group.smallest.items())
-            group.leave = tuple((r, a + group.total.get(r, 0)) for r, a in state.request_items)
-        _FAIR.put(state, tuple(sorted(groups.values(), key=lambda a: (a.share, a.tenant))))
+        ahead = () if found is None else waiting_ahead(state.spec, found[0], found[1], state.request_items)
+        _FAIR.put(state, ahead)
 
     def skip(self, state: CycleState) -> bool:
         """No tenant further below its share waits: nothing to leave room for."""
@@ -307,28 +357,9 @@ class FairShare(FilterPlugin):
         reserved = cluster.reservation
         if reserved:  # in-flight placements hold part of the room
             free = {r: free.get(r, 0) - reserved.get(r, 0) for r in free.keys() | reserved.keys()}
-        name = cluster.spec.name
-        for other in ahead:
-            if name not in other.clusters:
-                continue
-            room = True  # does the smallest of them fit here now?
-            for resource, amount in other.smallest_items:
-                if free.get(resource, 0) < amount:
-                    room = False
-                    break
-            if not room:
-                continue  # none of them fits here now: this room is not theirs to take
-            leaves = True  # does this task leave them all the room they ask for?
-            for resource, amount in other.leave:
-                if free.get(resource, 0) < amount:
-                    leaves = False
-                    break
-            if leaves:
-                continue
-            if other.rejection is None:
-                other.rejection = unschedulable(
-                    f"fair share: {other.tenant} is further below its weighted share "
-                    f"({other.share:.3f}) and has tasks waiting for this room"
-                )
-            return other.rejection
-        return SUCCESS
+        other = room_taken(ahead, cluster.spec.name, free)
+        if other is None:
+            return SUCCESS
+        if other.rejection is None:
+            other.rejection = unschedulable(fair_share_text(other))
+        return other.rejection

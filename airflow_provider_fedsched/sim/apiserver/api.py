@@ -144,7 +144,9 @@ class Api:
             return await watch(request, self.store, plural, namespace, extra, transform)
         if name is None:
             if method == "GET":
-                return self._answer(request, resource, self.list(plural, namespace, query))
+                listed = self.list(plural, namespace, query)
+                self._served(request, plural, listed["items"])
+                return self._answer(request, resource, listed)
             if method == "POST":
                 created = registry.create(self.store, plural, namespace, await read_body(request))
                 return dump(created, 201)
@@ -160,6 +162,14 @@ class Api:
         if sub is None:
             return await self._item(request, resource, namespace, name)
         return await self._subresource(request, resource, namespace, name, sub)
+
+    def _served(self, request: web.Request, plural: str, objs: list[Obj]) -> None:
+        self.store.served(plural, objs, request.headers.get("User-Agent", ""))
+
+    def _sent(self, request: web.Request, plural: str, obj: Obj) -> Obj:
+        """``obj``, once the store is told that this client is sent it."""
+        self._served(request, plural, [obj])
+        return obj
 
     @staticmethod
     def _answer(request: web.Request, resource: Resource, body: Obj) -> web.Response:
@@ -233,13 +243,19 @@ class Api:
     ) -> web.StreamResponse:
         method, plural = request.method, resource.plural
         if method == "GET":
-            return self._answer(request, resource, self.store.require(plural, namespace, name))
+            obj = self._sent(request, plural, self.store.require(plural, namespace, name))
+            return self._answer(request, resource, obj)
         if method == "DELETE":
             options = await self._delete_options(request)
-            return dump(registry.delete(self.store, plural, namespace, name, options))
+            return dump(
+                self._sent(request, plural, registry.delete(self.store, plural, namespace, name, options))
+            )
         if method in ("PUT", "PATCH"):
             ctype = None if method == "PUT" else request.headers.get("Content-Type", "application/json")
-            return dump(registry.write(self.store, plural, namespace, name, await read_body(request), ctype))
+            body = await read_body(request)
+            return dump(
+                self._sent(request, plural, registry.write(self.store, plural, namespace, name, body, ctype))
+            )
         raise ApiError(405, "method not allowed", "MethodNotAllowed")
 
     async def _subresource(
@@ -250,13 +266,12 @@ class Api:
             raise ApiError(404, NOT_FOUND)
         if sub == "status":
             if method == "GET":
-                return dump(self.store.require(plural, namespace, name))
+                return dump(self._sent(request, plural, self.store.require(plural, namespace, name)))
             if method in ("PUT", "PATCH"):
                 ctype = None if method == "PUT" else request.headers.get("Content-Type", "application/json")
                 body = await read_body(request)
-                return dump(
-                    registry.write(self.store, plural, namespace, name, body, ctype, status_only=True)
-                )
+                written = registry.write(self.store, plural, namespace, name, body, ctype, status_only=True)
+                return dump(self._sent(request, plural, written))
         elif sub == "log" and method == "GET":
             return await pod_log(request, self.store, self.agent, namespace, name)
         elif sub == "exec" and method in ("GET", "POST"):

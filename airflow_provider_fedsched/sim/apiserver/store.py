@@ -36,6 +36,8 @@ class Watcher:
 
 
 Listener = Callable[[WatchEvent], None]
+ReadListener = Callable[[str, Iterable[Obj], str], None]
+"""Told of every object the API sends a client: its plural, the objects, the client's User-Agent."""
 
 
 class Store:
@@ -47,6 +49,7 @@ class Store:
         self.compacted_rv = 0
         self.watchers: set[Watcher] = set()
         self.listeners: list[Listener] = []
+        self.read_listeners: list[ReadListener] = []
 
     # -- reads -------------------------------------------------------------------------------------
     def get(self, plural: str, namespace: str, name: str) -> Obj | None:
@@ -63,6 +66,11 @@ class Store:
         if namespace:
             return [o for o in items if o["metadata"].get("namespace") == namespace]
         return list(items)
+
+    def served(self, plural: str, objs: Iterable[Obj], agent: str) -> None:
+        """The API sent ``objs`` to a client (an answer or a watch event): tell who audits reads."""
+        for listener in self.read_listeners:
+            listener(plural, objs, agent)
 
     # -- writes ------------------------------------------------------------------------------------
     def _next_rv(self) -> int:

@@ -66,7 +66,9 @@ async def watch(
         if error is not None:
             await _send(response, "ERROR", error.status())
             return response
+        agent = request.headers.get("User-Agent", "")
         for etype, obj in initial:
+            store.served(plural, [obj], agent)
             await _send(response, etype, transform(obj) if transform else obj)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -93,6 +95,7 @@ async def watch(
             converted = _convert(item, matches)
             if converted:
                 etype, obj = converted
+                store.served(plural, [obj], agent)
                 await _send(response, etype, transform(obj) if transform else obj)
         await response.write_eof()
         return response

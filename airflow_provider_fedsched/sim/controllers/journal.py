@@ -9,6 +9,9 @@ When the containers stop is the simulated truth, not what the API last said: a p
 (force deletion) while its node is unreachable keeps running on that node until the node is back and its
 kubelet kills it, as on a real cluster. Its entry stays ``running`` until then.
 
+It also writes down when each client (by User-Agent) was first sent the pod in a terminal phase
+(``end_seen``): whether anybody could know, at a given moment, that a pod had already ended.
+
 Outcomes: ``succeeded``, ``failed`` (a container exited non-zero), ``evicted`` (node pressure, the
 Eviction API or the taint manager; ``reason`` says which), ``preempted`` (by the scheduler) and
 ``deleted`` (deleted by a client before it finished); ``null`` while the pod is live and unfinished.
@@ -17,7 +20,7 @@ Eviction API or the taint manager; ``reason`` says which), ``preempted`` (by the
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,6 +72,7 @@ class PodRun:
     outcome: str | None = None
     reason: str | None = None  # e.g. Evicted, PreemptionByScheduler, DeletionByTaintManager
     running: bool = False  # containers may be running now
+    end_seen: dict[str, float] = field(default_factory=dict)  # User-Agent -> first sent it ended
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,6 +137,7 @@ class Journal:
         # uid -> (node, requests) of every pod that holds resources on a node now.
         self._holding: dict[str, tuple[str, dict[str, int]]] = {}
         store.listeners.append(self._on_event)
+        store.read_listeners.append(self._on_served)
 
     # -- reading ---------------------------------------------------------------------------------------
     def entries(self, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -157,6 +162,18 @@ class Journal:
             self._on_pod(event)
         elif event.plural == "nodes":
             self._on_node(event)
+
+    def _on_served(self, plural: str, objs: Iterable[Obj], agent: str) -> None:
+        if plural != "pods":
+            return
+        now = None
+        for obj in objs:
+            if (obj.get("status") or {}).get("phase") not in TERMINAL:
+                continue
+            run = self.runs.get((obj.get("metadata") or {}).get("uid", ""))
+            if run is not None and agent not in run.end_seen:
+                now = self.clock.now() if now is None else now
+                run.end_seen[agent] = now
 
     def _on_node(self, event: WatchEvent) -> None:
         name = event.obj["metadata"]["name"]
