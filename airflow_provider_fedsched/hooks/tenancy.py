@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from airflow_provider_fedsched.federation.tenancy import TenantInputs, WaitingTa
 from airflow_provider_fedsched.hooks import metrics
 from airflow_provider_fedsched.kube.clients import run_in_background
 from airflow_provider_fedsched.kube.reclaim import aborrowing_pods, aevict
+from airflow_provider_fedsched.state.stores import Hold, by_cluster_and_tenant, held_before
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.decision import Decision
@@ -63,8 +64,10 @@ def inputs(
     snapshots: Mapping[str, ClusterSnapshot],
     pending: PendingByTenant,
     now: datetime,
+    waiting: Sequence[WaitingTask] | None = None,
 ) -> TenantInputs | None:
-    """Everything the tenant rules read, or None when the spec has no tenants (nothing is read)."""
+    """Everything the tenant rules read, or None when the spec has no tenants (nothing is read);
+    ``waiting``: the waiting list when the caller has read it already."""
     spec = hook.spec
     if not spec.tenants:
         return None
@@ -90,7 +93,7 @@ def inputs(
     return TenantInputs(
         usage=usage,
         borrowed=borrowed,
-        waiting=tuple(hook.state.waiting.current(now)),
+        waiting=tuple(hook.state.waiting.current(now) if waiting is None else waiting),
         spent=spent,
         egress_gb=moved,
         capacity=capacity,
@@ -133,13 +136,16 @@ def admitted(
     if settle:
         time.sleep(settle)  # let holds made at the same instant by other workers land
     snapshots = _stored(hook)
-    _, pending = hook.state.reservations.pending_by(snapshots, now)
+    holds = hook.state.reservations.holds(snapshots, now)
+    _, pending = by_cluster_and_tenant(holds)
     if check_quota:
         over = _over_quota(tenant, pending, snapshots, placement_id)
         if over is not None:
             return over
     if check_share:
-        return _room_taken(hook, tenant, request, placement_id, cluster, snapshots, pending, now)
+        earlier = held_before(holds, cluster, placement_id)
+        tenancy = inputs(hook, snapshots, pending, now, waiting)
+        return _room_taken(hook, tenant, request, cluster, snapshots.get(cluster), earlier, tenancy)
     return None
 
 
@@ -171,25 +177,22 @@ def _room_taken(
     hook: HookParts,
     tenant: TenantSpec,
     request: TaskRequest,
-    placement_id: str,
     cluster: str,
-    snapshots: Mapping[str, ClusterSnapshot],
-    pending: PendingByTenant,
-    now: datetime,
+    snapshot: ClusterSnapshot | None,
+    earlier: list[Hold] | None,
+    tenancy: TenantInputs | None,
 ) -> str | None:
-    """Fair share judged again with the holds other workers made on ``cluster`` before this one. This
-    tenant's own earlier holds are no reason the waiting tasks no longer fit (they may be the very
-    placements that took their room at the same time); every earlier hold counts against the room left."""
-    snapshot = snapshots.get(cluster)
-    earlier = hook.state.reservations.held_before(cluster, placement_id, snapshots, now)
-    tenancy = inputs(hook, snapshots, pending, now)
+    """Fair share judged again with the holds other workers made on ``cluster`` before this one
+    (``earlier``). This tenant's own earlier holds are no reason the waiting tasks no longer fit (they may
+    be the very placements that took their room at the same time); every earlier hold counts against the
+    room left."""
     if snapshot is None or earlier is None or tenancy is None:
         return None  # our hold is not visible (seen and released), or nothing to judge against
     free = room = snapshot.index.total_free
-    for holder, requests in earlier:
-        free = subtract(free, requests)
-        if holder != tenant.name:
-            room = subtract(room, requests)
+    for hold in earlier:
+        free = subtract(free, hold.requests)
+        if hold.tenant != tenant.name:
+            room = subtract(room, hold.requests)
     items = tuple(sorted(request.resources.items()))
     other = room_taken(waiting_ahead(hook.spec, tenant, tenancy, items), cluster, free, room)
     if other is None:

@@ -12,6 +12,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -221,36 +222,12 @@ class ReservationStore(Store):
     ) -> tuple[dict[str, ResourceList], dict[str, list[tuple[datetime, str, ResourceList]]]]:
         """:meth:`pending` per cluster, and per tenant each pending reservation as ``(at, placement id,
         requests)``, oldest first (one read for both)."""
-        result: dict[str, ResourceList] = {}
-        tenants: dict[str, list[tuple[datetime, str, ResourceList]]] = {}
-        for cluster, placement_id, stored in self._live(snapshots, now):
-            result[cluster] = add(result.get(cluster, {}), stored.requests)
-            if stored.tenant:
-                tenants.setdefault(stored.tenant, []).append((stored.at, placement_id, dict(stored.requests)))
-        for held in tenants.values():
-            held.sort(key=lambda item: (item[0], item[1]))
-        return result, tenants
+        return by_cluster_and_tenant(self.holds(snapshots, now))
 
-    def held_before(
-        self, cluster: str, placement_id: str, snapshots: Mapping[str, ClusterSnapshot], now: datetime
-    ) -> list[tuple[str | None, ResourceList]] | None:
-        """``(tenant, requests)`` of each pending reservation on ``cluster`` held before ``placement_id``
-        (by time, then placement id); None when that reservation is not pending there."""
-        held = sorted(
-            (stored.at, held_id, stored.tenant, stored.requests)
-            for name, held_id, stored in self._live(snapshots, now)
-            if name == cluster
-        )
-        for index, (_, held_id, _, _) in enumerate(held):
-            if held_id == placement_id:
-                return [(tenant, dict(requests)) for _, _, tenant, requests in held[:index]]
-        return None
-
-    def _live(
-        self, snapshots: Mapping[str, ClusterSnapshot], now: datetime
-    ) -> Iterable[tuple[str, str, StoredReservation]]:
-        """``(cluster, placement id, stored)`` of every reservation not yet seen in its cluster's snapshot
-        nor expired (those are deleted on the way)."""
+    def holds(self, snapshots: Mapping[str, ClusterSnapshot], now: datetime) -> list[Hold]:
+        """Every reservation not yet seen in its cluster's snapshot nor expired (those are deleted on the
+        way), oldest first (by time, then placement id)."""
+        found: list[Hold] = []
         for key, raw in self.backend.get_many(f"{self.prefix}/reservation/").items():
             cluster, placement_id = key.rsplit("/", 2)[-2:]
             stored = read_stored(key, raw or None, _reservation)
@@ -262,7 +239,47 @@ class ReservationStore(Store):
             if seen or now - at > RESERVATION_TTL:
                 self.backend.delete(key)
                 continue
-            yield cluster, placement_id, stored
+            found.append(Hold(at, placement_id, cluster, stored.tenant, dict(stored.requests)))
+        found.sort(key=lambda hold: (hold.at, hold.placement_id))
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One pending reservation."""
+
+    at: datetime
+    placement_id: str
+    cluster: str
+    tenant: str | None
+    requests: ResourceList
+
+
+def by_cluster_and_tenant(
+    holds: Iterable[Hold],
+) -> tuple[dict[str, ResourceList], dict[str, list[tuple[datetime, str, ResourceList]]]]:
+    """Per cluster, what ``holds`` request together; per tenant, its holds as ``(at, placement id,
+    requests)`` in the order given."""
+    result: dict[str, ResourceList] = {}
+    tenants: dict[str, list[tuple[datetime, str, ResourceList]]] = {}
+    for hold in holds:
+        result[hold.cluster] = add(result.get(hold.cluster, {}), hold.requests)
+        if hold.tenant:
+            tenants.setdefault(hold.tenant, []).append((hold.at, hold.placement_id, hold.requests))
+    return result, tenants
+
+
+def held_before(holds: Iterable[Hold], cluster: str, placement_id: str) -> list[Hold] | None:
+    """The holds on ``cluster`` ordered before ``placement_id`` (``holds`` oldest first); None when that
+    one is not among them."""
+    earlier: list[Hold] = []
+    for hold in holds:
+        if hold.cluster != cluster:
+            continue
+        if hold.placement_id == placement_id:
+            return earlier
+        earlier.append(hold)
+    return None
 
 
 class LeaseStore(Store):
