@@ -85,11 +85,15 @@ class FederationEngine:
         exclude: Mapping[str, str] | None = None,
         policy: PolicySpec | None = None,
         tenancy: TenantInputs | None = None,
+        in_flight: Mapping[str, Sequence[ResourceList]] | None = None,
     ) -> Decision:
         """Place ``request`` given the latest ``snapshots`` (cluster name -> snapshot) at time ``now``.
 
         ``cooldowns``: cluster -> until when it takes no new work. ``reservations``: cluster -> in-flight
-        requests not yet visible in its snapshot. ``forecast``: cluster -> predicted idle fraction.
+        requests not yet visible in its snapshot. ``in_flight``: cluster -> the same requests pod by pod,
+        oldest first, where known: the node fit then charges each to the node the cluster's scheduler
+        would give it (``scoring_strategy``) instead of spreading the sum (a cluster missing from
+        ``reservations`` is charged their sum). ``forecast``: cluster -> predicted idle fraction.
         ``exclude``: cluster -> reason (failover). ``policy``: a per-task policy replacing the spec's.
         ``tenancy``: federation-wide tenant usage, waiting tasks and spend (the tenant rules' inputs).
         Raises :class:`SpecError` naming the request field that refers to an unknown cluster, dataset,
@@ -100,7 +104,16 @@ class FederationEngine:
         check_time(now, "now")
         with _collector_paused():
             return self._decide(
-                request, snapshots, now, cooldowns, reservations, forecast, exclude, policy, tenancy
+                request,
+                snapshots,
+                now,
+                cooldowns,
+                reservations,
+                forecast,
+                exclude,
+                policy,
+                tenancy,
+                in_flight,
             )
 
     def _decide(
@@ -114,6 +127,7 @@ class FederationEngine:
         exclude: Mapping[str, str] | None,
         policy: PolicySpec | None,
         tenancy: TenantInputs | None,
+        in_flight: Mapping[str, Sequence[ResourceList]] | None,
     ) -> Decision:
         policy = policy or self.spec.policy
         datasets = self.spec.check_references(
@@ -140,6 +154,7 @@ class FederationEngine:
         for plugin in plugins.preparers:
             plugin.prepare(state)
         reservations = reservations or {}
+        in_flight = in_flight or {}
         filters = plugins.filters
         if plugins.skippers:  # a rule with nothing to check in this decision is not called per cluster
             filters = tuple(
@@ -154,12 +169,14 @@ class FederationEngine:
             snapshot = snapshots.get(cluster.name)
             if snapshot is not None:
                 ages[cluster.name] = (now - snapshot.observed_at).total_seconds()
+            pods = tuple(in_flight.get(cluster.name) or ())
             view = ClusterView(
                 cluster,
                 snapshot,
                 snapshot.index if snapshot is not None else None,
-                reservations.get(cluster.name) or {},
+                reservations.get(cluster.name) or (_summed(pods) if pods else {}),
                 cluster.namespace or request.namespace,
+                pods,
             )
             for plugin in filters:
                 status = plugin.filter(state, view)
@@ -259,3 +276,11 @@ class FederationEngine:
             else "no cluster can take it now"
         )
         return f"{outcome}: {verdict} (0/{len(rejected)} clusters: {tally}); {detail}"
+
+
+def _summed(pods: Sequence[ResourceList]) -> ResourceList:
+    total: ResourceList = {}
+    for pod in pods:
+        for name, amount in pod.items():
+            total[name] = total.get(name, 0) + amount
+    return total

@@ -92,6 +92,8 @@ class ClusterView:
     reservation: ResourceList
     """In-flight requests placed here but not yet visible in the snapshot."""
     namespace: str
+    in_flight: tuple[ResourceList, ...] = ()
+    """The same requests pod by pod, oldest first, when the caller knows them (empty: only the sum)."""
 
 
 @dataclass(slots=True)

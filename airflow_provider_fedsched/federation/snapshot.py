@@ -9,7 +9,7 @@ index would go stale).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,6 +157,12 @@ class ClusterIndex:
     selected: dict[tuple[int, tuple[tuple[str, str], ...]], NodeSelection] = field(default_factory=dict)
     """(group position, node selector) -> the group's nodes matching the selector. Filled on first use by
     the fit checks: a selector is matched against each node once per snapshot, not once per decision."""
+    charged: dict[Hashable, tuple[tuple[ResourceList, ...], dict[str, ResourceList]]] = field(
+        default_factory=dict
+    )
+    """(the nodes a kind of request may use, the cluster's scoring strategy) -> the pods in flight
+    charged one by one and the nodes' free amounts after them. Kept for the snapshot's life: the next
+    decision charges only the pods sent since (the list it is given starts with the ones charged)."""
 
     def matching(self, position: int, selector: tuple[tuple[str, str], ...]) -> NodeGroup | NodeSelection:
         """The nodes of group ``position`` whose labels match ``selector`` (sorted label pairs); without a

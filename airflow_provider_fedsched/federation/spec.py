@@ -44,6 +44,7 @@ __all__ = [
     "FederationSpec",
     "PolicySpec",
     "Prices",
+    "ScoringStrategy",
     "SpecError",
     "Taint",
     "TaintEffect",
@@ -96,6 +97,39 @@ class Prices(_Model):
     """Other resources: price per scheduler unit per hour (for example ``example.com/fpga: 1.2``)."""
 
 
+RESOURCE_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+ResourceName = Annotated[str, Field(min_length=1, max_length=317, pattern=RESOURCE_NAME_PATTERN)]
+"""A Kubernetes resource name (``cpu``, ``memory``, ``nvidia.com/gpu``)."""
+
+
+class ScoringStrategy(_Model):
+    """How the cluster's own scheduler picks a node among those that fit (the kube-scheduler's
+    ``NodeResourcesFit`` ``scoringStrategy``). The engine uses it to predict where pods in flight land,
+    so that it does not see room they have already taken.
+
+    ``LeastAllocated`` (the kube-scheduler's default): the node with the largest share of ``resources``
+    left. ``MostAllocated`` (bin packing, as GPU clusters configure it so whole nodes stay free): the
+    node with the smallest share left. A resource the pod does not request is left out of its score, as
+    the kube-scheduler does for extended resources; a pod requesting none of ``resources`` goes to the
+    node with the largest share of cpu and memory left.
+    """
+
+    type: Literal["LeastAllocated", "MostAllocated"] = "LeastAllocated"
+    resources: Annotated[tuple[ResourceName, ...], Field(min_length=1, max_length=16)] = ("cpu", "memory")
+
+    @field_validator("resources")
+    @classmethod
+    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"resource(s) {repeated} listed more than once")
+        return value
+
+    def packs(self, resource: str) -> bool:
+        """Pods requesting ``resource`` go to the fitting node with the least of it left."""
+        return self.type == "MostAllocated" and resource in self.resources
+
+
 class ClusterSpec(_Model):
     name: Name
     conn_id: ConnId
@@ -107,6 +141,8 @@ class ClusterSpec(_Model):
     prices: Prices = Field(default_factory=Prices)
     namespace: Namespace | None = None
     """Namespace pods are created in on this cluster; None = the task's namespace."""
+    scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy)
+    """How this cluster's scheduler scores nodes (default: the kube-scheduler's, least allocated)."""
     dashboard_url: Annotated[str, Field(max_length=MAX_DASHBOARD_URL)] | None = None
     """URL template for an operator extra link (http or https); placeholders ``{cluster}``, ``{namespace}``,
     ``{pod}``, without format specs or conversions."""

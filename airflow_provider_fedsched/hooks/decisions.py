@@ -64,6 +64,7 @@ def decide(
             exclude=active,
             policy=policy,
             tenancy=view.tenancy,
+            in_flight=view.in_flight,
         )
 
     decision = run(view.cooldowns)

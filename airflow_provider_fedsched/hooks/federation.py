@@ -23,6 +23,7 @@ from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.forecast import ForecastModel
 from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.request import TaskRequest
+from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
 from airflow_provider_fedsched.hooks import decisions, ledgers, metrics, planning, sensing, tenancy
@@ -41,6 +42,7 @@ from airflow_provider_fedsched.state import (
     StateBackend,
     open_backend,
 )
+from airflow_provider_fedsched.state.stores import by_cluster_and_tenant
 
 VARIABLE_PREFIX = "variable:"
 EMBED_LIMIT = 100
@@ -216,13 +218,18 @@ class FederationHook(BaseHook):
         names = list(clusters)
         snapshots = self.snapshots(names, now=now)
         now = datetime.now(UTC) if now is None else now  # a refresh may have taken a moment
-        reservations, by_tenant = self.state.reservations.pending_by(snapshots, now)
+        holds = self.state.reservations.holds(snapshots, now)
+        reservations, by_tenant = by_cluster_and_tenant(holds)
+        in_flight: dict[str, list[ResourceList]] = {}
+        for hold in holds:  # oldest first: the engine charges them in the order they were placed
+            in_flight.setdefault(hold.cluster, []).append(hold.requests)
         return FederationView(
             snapshots=snapshots,
             cooldowns=self.state.cooldowns.in_force(names, now, namespace=namespace),
             reservations=reservations,
             now=now,
             tenancy=tenancy.inputs(self, snapshots, by_tenant, now),
+            in_flight=in_flight,
         )
 
     def place(

@@ -7,7 +7,7 @@ hook module imports its helpers and no helper imports it back (tests/test_archit
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -30,6 +30,8 @@ class FederationView:
     now: datetime
     tenancy: TenantInputs | None = None
     """Tenant usage, waiting tasks and spend (None: the spec has no tenants)."""
+    in_flight: dict[str, list[ResourceList]] = field(default_factory=dict)
+    """``reservations`` placement by placement, oldest first (the node fit charges them one by one)."""
 
 
 class HookParts(Protocol):

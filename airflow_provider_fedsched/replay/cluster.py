@@ -22,6 +22,14 @@ from airflow_provider_fedsched.replay.workload import Node, Task
 __all__ = ["MIB", "TAINTED", "ClusterState", "NodeState", "Running", "gpu_spec_selector"]
 
 MIB = 2**20
+
+
+def pod_requests(task: Task) -> dict[str, int]:
+    """The task's pod requests as the engine and the snapshots count them (memory in bytes)."""
+    amounts = (("cpu", task.cpu), ("memory", task.memory_mib * MIB), (GPU_MILLI, task.gpu_milli))
+    return {name: amount for name, amount in amounts if amount}
+
+
 GPU_TAINT = Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")
 USAGE_MARGIN = 0.05
 """Added to the online usage fraction when computing batch capacity: room for a rise before the next
@@ -108,9 +116,17 @@ class NodeState:
 
 class ClusterState:
     def __init__(
-        self, name: str, nodes: Iterable[Node], gpu_specs: Iterable[str], gpu_taint: bool = False
+        self,
+        name: str,
+        nodes: Iterable[Node],
+        gpu_specs: Iterable[str],
+        gpu_taint: bool = False,
+        packs_gpu: bool = True,
     ) -> None:
         self.name = name
+        self.packs_gpu = packs_gpu
+        """The cluster's scheduler scores GPU pods ``MostAllocated`` on the GPU (its spec's
+        ``scoring_strategy``); otherwise every pod goes to the least allocated node."""
         specs = sorted(set(gpu_specs) - {""})
         self.nodes: list[NodeState] = []
         for node in nodes:
@@ -152,8 +168,10 @@ class ClusterState:
     def pick_node(self, task: Task, borrowing: bool) -> NodeState | None:
         """The kube-scheduler's choice among nodes that fit (resources, GPU taint and GPU-type selector):
         the least allocated (mean free share of cpu and memory after binding) for a pod without a GPU; for
-        a GPU pod the node with the least GPU left that still fits (``MostAllocated`` on the GPU, as GPU
-        clusters configure it, so whole nodes stay free for 8-GPU jobs). Ties go to the first by name."""
+        a GPU pod on a cluster that packs GPUs the node with the least GPU left that still fits
+        (``MostAllocated`` on the GPU, as GPU clusters configure it, so whole nodes stay free for 8-GPU
+        jobs). Ties go to the first by name."""
+        packs = self.packs_gpu
         label = GPU_SPEC_LABEL + task.gpu_spec if task.gpu_spec else None
         cpu, memory, gpu = task.cpu, task.memory_mib, task.gpu_milli
         best: NodeState | None = None
@@ -172,7 +190,7 @@ class ClusterState:
                 free_gpu = node.gpu - node.req_gpu
             if cpu > free_cpu or memory > free_memory or gpu > free_gpu:
                 continue
-            if gpu:
+            if gpu and packs:
                 score = -(free_gpu - gpu) / node.gpu
             else:
                 score = (free_cpu - cpu) / node.cpu + (

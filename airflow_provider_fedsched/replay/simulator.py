@@ -19,12 +19,12 @@ from datetime import UTC, datetime, timedelta
 
 from airflow_provider_fedsched.federation import ClusterSnapshot, FederationEngine, TaskRequest, Toleration
 from airflow_provider_fedsched.replay.cluster import (
-    MIB,
     USAGE_MARGIN,
     ClusterState,
     Running,
     gpu_spec_selector,
     node_admits,
+    pod_requests,
 )
 from airflow_provider_fedsched.replay.metrics import Ledger
 from airflow_provider_fedsched.replay.policies import ClusterInfo, Pricing, make_router
@@ -97,8 +97,14 @@ class _Replay:
         self.spec = federation.spec
         specs = {task.gpu_spec for task in federation.tasks}
         self.clusters = {
-            name: ClusterState(name, federation.clusters[name], specs, federation.gpu_taint)
-            for name in federation.names
+            cluster.name: ClusterState(
+                cluster.name,
+                federation.clusters[cluster.name],
+                specs,
+                federation.gpu_taint,
+                packs_gpu=cluster.scoring_strategy.packs(GPU_MILLI),
+            )
+            for cluster in self.spec.clusters
         }
         self.names = federation.names
         self.pricing = Pricing(self.spec)
@@ -119,6 +125,7 @@ class _Replay:
         self.sent_since: dict[str, list[tuple[float, Task]]] = {name: [] for name in self.names}
         self.state: dict[str, _TaskState] = {}
         self.could_fit: dict[tuple[str, str], bool] = {}
+        self.pod_requests: dict[str, dict[str, int]] = {}
         self.retry_at: float | None = None
         self.freed = False
         self.now = 0.0
@@ -269,7 +276,7 @@ class _Replay:
             snapshots[name] = view.snapshot
         now = EPOCH + timedelta(seconds=self.now)
         request = self.request(task, borrowing)
-        reservations = self.reservations(borrowing)
+        in_flight = self.in_flight(borrowing)
         forecast = self.forecast(task) if self.colocation else None
         cooling = {n: EPOCH + timedelta(seconds=u) for n, u in self.cooldowns.items() if u > self.now}
         decision = self.engine.decide(
@@ -277,7 +284,7 @@ class _Replay:
             snapshots,
             now=now,
             cooldowns=cooling,
-            reservations=reservations,
+            in_flight=in_flight,
             forecast=forecast,
             exclude=excluded,
         )
@@ -290,7 +297,7 @@ class _Replay:
                 snapshots,
                 now=now,
                 cooldowns={n: u for n, u in cooling.items() if n not in rejected_cooling},
-                reservations=reservations,
+                in_flight=in_flight,
                 forecast=forecast,
                 exclude=excluded,
             )
@@ -315,15 +322,7 @@ class _Replay:
 
     def request(self, task: Task, borrowing: bool) -> TaskRequest:
         return TaskRequest.model_construct(
-            resources={
-                name: amount
-                for name, amount in (
-                    ("cpu", task.cpu),
-                    ("memory", task.memory_mib * MIB),
-                    (GPU_MILLI, task.gpu_milli),
-                )
-                if amount
-            },
+            resources=dict(self.requests_of(task)),
             node_selector=gpu_spec_selector(task.gpu_spec),
             cluster_selector={},
             tolerations=[GPU_TOLERATION] if task.gpu_milli else [],
@@ -336,23 +335,24 @@ class _Replay:
             preemptible=task.preemptible,
         )
 
-    def reservations(self, borrowing: bool) -> dict[str, dict[str, int]]:
-        """Requests sent to each cluster and not in its snapshot yet: sent after it was observed, or
-        still pending there."""
-        out: dict[str, dict[str, int]] = {}
+    def in_flight(self, borrowing: bool) -> dict[str, list[dict[str, int]]]:
+        """Per cluster, the requests sent there and not in its snapshot yet, pod by pod: still pending
+        from before it was observed (oldest first), then sent since. The hook's reservations, one per
+        placement."""
+        out: dict[str, list[dict[str, int]]] = {}
         for name in self.names:
-            view = self.views[(name, borrowing)]
-            cpu = memory = gpu = 0
-            for sent, task in self.sent_since[name]:
-                if sent >= view.observed:
-                    cpu, memory, gpu = cpu + task.cpu, memory + task.memory_mib, gpu + task.gpu_milli
-            for pending in self.pending[name]:
-                if not pending.gone and pending.sent < view.observed:
-                    task = pending.task
-                    cpu, memory, gpu = cpu + task.cpu, memory + task.memory_mib, gpu + task.gpu_milli
-            if cpu or memory or gpu:
-                out[name] = {"cpu": cpu, "memory": memory * MIB, GPU_MILLI: gpu}
+            observed = self.views[(name, borrowing)].observed
+            tasks = [p.task for p in self.pending[name] if not p.gone and p.sent < observed]
+            tasks.extend(task for sent, task in self.sent_since[name] if sent >= observed)
+            if tasks:
+                out[name] = [self.requests_of(task) for task in tasks]
         return out
+
+    def requests_of(self, task: Task) -> dict[str, int]:
+        known = self.pod_requests.get(task.name)
+        if known is None:
+            known = self.pod_requests[task.name] = pod_requests(task)
+        return known
 
     def forecast(self, task: Task) -> dict[str, float]:
         """Predicted idle share of each cluster's online requests over the task's run: what a seasonal

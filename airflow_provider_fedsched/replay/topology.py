@@ -106,6 +106,8 @@ def _cluster_documents(count: int, labels: Sequence[Mapping[str, str]]) -> list[
                 "region": region.name,
                 "group": region.group,
                 "labels": dict(labels[index]),
+                # The binder packs GPUs (``ClusterState.pick_node``), as GPU clusters configure it.
+                "scoring_strategy": {"type": "MostAllocated", "resources": [GPU_MILLI]},
                 "prices": {
                     "cpu_hour": round(BASE_PRICES["cpu_hour"] * factor, 5),
                     "memory_gib_hour": round(BASE_PRICES["memory_gib_hour"] * factor, 6),

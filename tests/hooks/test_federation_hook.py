@@ -426,3 +426,22 @@ def test_snapshots_fresh_when_asked_are_read_again_after_a_long_wait(
         timer.join(timeout=30)
     assert found["north-gpu"].observed_at >= delivered[0]
     assert found["east-cpu"].observed_at >= delivered[0] > first.observed_at
+
+
+def test_the_engine_is_given_each_reservation_in_the_order_it_was_held(
+    fed: SimFederation, spec_path: Path
+) -> None:
+    """The node fit charges pods in flight one by one: the view lists each placement's requests, oldest
+    first, and their sum is the cluster's reservation."""
+    hook = FederationHook(
+        spec_path, kubeconfig=fed.state_dir / "kubeconfig", state=FederationState(MemoryStateBackend())
+    )
+    small = TaskRequest(resources={"cpu": 500}, clusters=["east-cpu"])
+    large = TaskRequest(resources={"cpu": 1500}, clusters=["east-cpu"])
+    assert hook.place(small, placement_id="first").cluster == "east-cpu"
+    assert hook.place(large, placement_id="second").cluster == "east-cpu"
+
+    view = hook.view(["east-cpu"], namespace=None)
+
+    assert [pod["cpu"] for pod in view.in_flight["east-cpu"]] == [500, 1500]
+    assert view.reservations["east-cpu"]["cpu"] == 2000

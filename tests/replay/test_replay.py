@@ -9,7 +9,7 @@ import pytest
 
 from airflow_provider_fedsched import cli
 from airflow_provider_fedsched.replay import Settings, replay
-from airflow_provider_fedsched.replay.cluster import ClusterState
+from airflow_provider_fedsched.replay.cluster import ClusterState, Running
 from airflow_provider_fedsched.replay.scenario import seed_3x20
 from airflow_provider_fedsched.replay.simulator import _Replay, simulate
 from airflow_provider_fedsched.replay.topology import Tide, build_federation
@@ -228,3 +228,17 @@ def test_the_federation_queue_starts_the_longest_waiting_task_first() -> None:
     fifo = simulate(federation, "fedsched", Settings())
     assert fifo.first_start["short-2"] < fifo.first_start["long"]
     assert ledger.result().makespan_s < fifo.result().makespan_s
+
+
+def test_the_binder_packs_gpus_only_where_the_spec_says_the_cluster_does() -> None:
+    """``MostAllocated`` on the GPU: a 1-GPU pod goes to the node with the least GPU left that fits, so
+    the empty node stays whole; the default spreads it to the least allocated node."""
+    nodes = [Node("n1", 64000, 262144, 8, "V100"), Node("n2", 64000, 262144, 8, "V100")]
+    seven = Task("seven", 0.0, 60.0, 4000, 1024, 7000)
+    for packs_gpu, expected in ((True, "n1"), (False, "n2")):
+        cluster = ClusterState("c", nodes, set(), packs_gpu=packs_gpu)
+        first = cluster.pick_node(seven, False)
+        assert first is not None and first.name == "n1"  # both empty: the first by name
+        cluster.bind(first, Running(seven, "c", first, 0.0, 60.0, False, 1, 0.0))
+        chosen = cluster.pick_node(Task("one", 0.0, 60.0, 4000, 1024, 1000), False)
+        assert chosen is not None and chosen.name == expected

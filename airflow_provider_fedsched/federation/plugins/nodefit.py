@@ -30,7 +30,7 @@ from airflow_provider_fedsched.federation.request import Toleration, tolerates_a
 from airflow_provider_fedsched.federation.resources import ResourceList, format_quantity
 
 if TYPE_CHECKING:
-    from airflow_provider_fedsched.federation.snapshot import ClusterIndex
+    from airflow_provider_fedsched.federation.snapshot import ClusterIndex, IndexedNode
     from airflow_provider_fedsched.federation.spec import Taint
 
 __all__ = ["Capacity", "NodeFit"]
@@ -111,6 +111,77 @@ def _charge_reservation(
     return adjusted
 
 
+def _charge_pods(data: _NodeFitData, index: ClusterIndex, cluster: ClusterView) -> dict[str, ResourceList]:
+    """Node name -> free after charging the pods in flight one by one, each whole (cpu and memory with
+    its GPU) to the node the cluster's scheduler would give it (``scoring_strategy``) among the nodes this
+    request could use; a pod no such node holds stays pending and takes nothing. The same pessimism as
+    :func:`_charge_reservation` for where those pods may go, without losing which node each one took.
+    """
+    groups = tuple(position for position, group in enumerate(index.groups) if data.tolerated(group.taints))
+    strategy = cluster.spec.scoring_strategy
+    key = (groups, data.selected, strategy)
+    pods = cluster.in_flight
+    charged = index.charged.get(key)
+    if charged is not None and charged[0] == pods[: len(charged[0])]:
+        done, adjusted = charged
+    else:
+        done, adjusted = (), {}
+    if len(done) < len(pods):
+        nodes = index.by_free("cpu", groups, data.selected)
+        for pod in pods[len(done) :]:
+            node = _landing(pod, nodes, adjusted, strategy.type == "MostAllocated", strategy.resources)
+            if node is not None:
+                free = adjusted.setdefault(node.name, dict(node.free))
+                for name, amount in pod.items():
+                    free[name] = free.get(name, 0) - amount
+        index.charged[key] = (pods, adjusted)
+    return adjusted
+
+
+_DEFAULT_SCORED = ("cpu", "memory")
+
+
+def _landing(
+    pod: ResourceList,
+    nodes: list[IndexedNode],
+    adjusted: Mapping[str, ResourceList],
+    packs: bool,
+    resources: tuple[str, ...],
+) -> IndexedNode | None:
+    """The node the kube-scheduler's ``NodeResourcesFit`` would score highest for ``pod`` among ``nodes``
+    that fit it (ties: the first in ``nodes``)."""
+    scored = tuple(name for name in resources if pod.get(name, 0) or name in _DEFAULT_SCORED)
+    if not scored:
+        scored, packs = _DEFAULT_SCORED, False
+    items = tuple((name, amount) for name, amount in pod.items() if amount > 0)
+    best: IndexedNode | None = None
+    best_score = -1.0
+    for node in nodes:
+        free = adjusted.get(node.name) or node.free
+        for name, amount in items:  # _fits, inlined: this loop runs once per node per pod in flight
+            if amount > free.get(name, 0):
+                break
+        else:
+            allocatable = node.allocatable
+            share = 0.0
+            for name in scored:
+                total = allocatable.get(name, 0)
+                if total > 0:
+                    share += (free.get(name, 0) - pod.get(name, 0)) / total
+            score = -share if packs else share
+            if best is None or score > best_score:
+                best, best_score = node, score
+    return best
+
+
+def _charged(data: _NodeFitData, index: ClusterIndex, cluster: ClusterView) -> dict[str, ResourceList] | None:
+    """Node name -> free once the in-flight reservation is charged (None: nothing in flight)."""
+    if cluster.in_flight:
+        return _charge_pods(data, index, cluster)
+    reservation = _in_flight(cluster)
+    return _charge_reservation(data, index, reservation) if reservation else None
+
+
 def _in_flight(cluster: ClusterView) -> ResourceList:
     return {name: amount for name, amount in cluster.reservation.items() if amount > 0}
 
@@ -134,8 +205,7 @@ def _walk(data: _NodeFitData, cluster: ClusterView, index: ClusterIndex) -> int:
         if may_fit_now and not charged:
             # In-flight reservations only matter where something may fit now: charge them once, here.
             charged = True
-            reservation = _in_flight(cluster) if cluster.reservation else None
-            adjusted = _charge_reservation(data, index, reservation) if reservation else None
+            adjusted = _charged(data, index, cluster) if cluster.reservation else None
         for node in chosen.nodes:
             if may_fit_now and node.schedulable:
                 free = adjusted.get(node.name, node.free) if adjusted else node.free
@@ -255,7 +325,7 @@ class NodeFit(_NodeFitPoint):
         if data.walk(cluster, index) == _NOW:
             return SUCCESS
         reservation = _in_flight(cluster)
-        adjusted = _charge_reservation(data, index, reservation) if reservation else None
+        adjusted = _charged(data, index, cluster) if reservation else None
         reason = _explain(data, index, adjusted, check_status=True)
         if reservation:
             reason += f" (counting in-flight reservations: {_format_resources(sorted(reservation.items()))})"

@@ -1,0 +1,199 @@
+"""Pods in flight, one by one: each is charged whole to the node the cluster's scheduler would give it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_fedsched.federation import (
+    ClusterSnapshot,
+    FederationEngine,
+    FederationSpec,
+    NodeSnapshot,
+    SpecError,
+    TaskRequest,
+    load_spec,
+)
+from airflow_provider_fedsched.federation.framework import ClusterView
+from airflow_provider_fedsched.federation.plugins.nodefit import _charge_pods, _NodeFitData
+
+NOW = datetime(2025, 6, 1, 8, 0, 0, tzinfo=UTC)
+GPU = "nvidia.com/gpu"
+
+
+def _spec(strategy: dict[str, object] | None = None) -> FederationSpec:
+    cluster: dict[str, object] = {"name": "c", "conn_id": "k", "region": "r"}
+    if strategy is not None:
+        cluster["scoring_strategy"] = strategy
+    return FederationSpec.model_validate({"clusters": [cluster]})
+
+
+def _gpu_nodes() -> ClusterSnapshot:
+    # "empty": a whole 8-GPU node free; "busy": one GPU left.
+    return ClusterSnapshot(
+        cluster="c",
+        observed_at=NOW,
+        nodes=[
+            NodeSnapshot(name="busy", allocatable={"cpu": 64000, GPU: 8}, requested={"cpu": 56000, GPU: 7}),
+            NodeSnapshot(name="empty", allocatable={"cpu": 64000, GPU: 8}),
+        ],
+    )
+
+
+def test_a_packing_cluster_keeps_the_whole_node_free_for_the_next_pod() -> None:
+    """A 1-GPU pod in flight lands on the fullest node that fits under ``MostAllocated``: the 8-GPU pod
+    decided next still has the empty node. Charged as a sum, most free first, it would wait."""
+    packing = FederationEngine(_spec({"type": "MostAllocated", "resources": [GPU]}))
+    eight = TaskRequest(resources={"cpu": 8000, GPU: 8})
+    one = {"cpu": 4000, GPU: 1}
+    snapshots = {"c": _gpu_nodes()}
+    assert packing.decide(eight, snapshots, now=NOW, in_flight={"c": [one]}).placed
+    summed = packing.decide(eight, snapshots, now=NOW, reservations={"c": one})
+    assert summed.outcome == "wait"
+    # The default strategy spreads: the cluster's scheduler puts the small pod on the empty node.
+    spreading = FederationEngine(_spec())
+    waited = spreading.decide(eight, snapshots, now=NOW, in_flight={"c": [one]})
+    assert waited.outcome == "wait"
+    assert "counting in-flight reservations: cpu 4, nvidia.com/gpu 1" in waited.reason
+
+
+def test_a_gpu_pods_cpu_is_charged_to_its_gpu_node() -> None:
+    """The cpu of a GPU pod in flight goes with its GPU, not to the node with the most cpu free."""
+    snapshot = ClusterSnapshot(
+        cluster="c",
+        observed_at=NOW,
+        nodes=[
+            NodeSnapshot(name="a-cpu", allocatable={"cpu": 10000}),
+            NodeSnapshot(name="b-gpu", allocatable={"cpu": 8000, GPU: 1}),
+        ],
+    )
+    engine = FederationEngine(_spec())
+    ten = TaskRequest(resources={"cpu": 10000})
+    in_flight = {"cpu": 8000, GPU: 1}
+    assert engine.decide(ten, {"c": snapshot}, now=NOW, in_flight={"c": [in_flight]}).placed
+    assert engine.decide(ten, {"c": snapshot}, now=NOW, reservations={"c": in_flight}).outcome == "wait"
+
+
+def test_a_pod_no_node_holds_stays_pending_and_takes_nothing() -> None:
+    engine = FederationEngine(_spec())
+    request = TaskRequest(resources={"cpu": 8000, GPU: 8})
+    too_big = {"cpu": 200000, GPU: 1}
+    assert engine.decide(request, {"c": _gpu_nodes()}, now=NOW, in_flight={"c": [too_big]}).placed
+
+
+def test_the_pods_sum_is_the_reservation_other_rules_see() -> None:
+    """Given pods only, the quota and the headroom score see their sum."""
+    engine = FederationEngine(_spec())
+    snapshot = _gpu_nodes().model_copy(update={"quota_headroom": {"default": {"cpu": 10000}}})
+    request = TaskRequest(resources={"cpu": 4000})
+    pods = [{"cpu": 4000}, {"cpu": 4000}]
+    decision = engine.decide(request, {"c": snapshot}, now=NOW, in_flight={"c": pods})
+    assert decision.outcome == "wait"
+    assert any(r.plugin == "Quota" for r in decision.rejected)
+
+
+def _snapshot(shapes: list[tuple[int, int, int, int]]) -> ClusterSnapshot:
+    return ClusterSnapshot(
+        cluster="c",
+        observed_at=NOW,
+        nodes=[
+            NodeSnapshot(
+                name=f"n{i}",
+                allocatable={"cpu": max(cpu, used), GPU: max(gpu, gpu_used)},
+                requested={"cpu": used, GPU: gpu_used},
+            )
+            for i, (cpu, used, gpu, gpu_used) in enumerate(shapes)
+        ],
+    )
+
+
+def _reference(
+    snapshot: ClusterSnapshot, pods: list[dict[str, int]], packs: bool
+) -> dict[str, dict[str, int]]:
+    """Every pod in turn on the best-scoring node that fits, recomputed from scratch."""
+    free = {node.name: dict(node.free) for node in snapshot.nodes}
+    allocatable = {node.name: node.allocatable for node in snapshot.nodes}
+    changed: set[str] = set()
+    for pod in pods:
+        scored = [GPU] if packs and pod.get(GPU) else ["cpu", "memory"]
+        best, best_score = None, 0.0
+        for name in sorted(free, key=lambda n: (-free_cpu(snapshot, n), n)):
+            if any(amount > free[name].get(resource, 0) for resource, amount in pod.items() if amount > 0):
+                continue
+            share = sum(
+                (free[name].get(r, 0) - pod.get(r, 0)) / allocatable[name][r]
+                for r in scored
+                if allocatable[name].get(r, 0) > 0
+            )
+            score = -share if packs and pod.get(GPU) else share
+            if best is None or score > best_score:
+                best, best_score = name, score
+        if best is not None:
+            changed.add(best)
+            for resource, amount in pod.items():
+                free[best][resource] = free[best].get(resource, 0) - amount
+    return {name: free[name] for name in changed}
+
+
+def free_cpu(snapshot: ClusterSnapshot, name: str) -> int:
+    return next(node.free.get("cpu", 0) for node in snapshot.nodes if node.name == name)
+
+
+pods = st.lists(
+    st.fixed_dictionaries({"cpu": st.integers(0, 40_000), GPU: st.integers(0, 8)}), min_size=1, max_size=8
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 64_000), st.integers(0, 64_000), st.integers(0, 8), st.integers(0, 8)),
+        min_size=1,
+        max_size=10,
+    ),
+    pods,
+    st.integers(0, 8),
+    st.booleans(),
+)
+def test_charging_the_pods_sent_since_equals_charging_them_all_afresh(
+    shapes: list[tuple[int, int, int, int]], in_flight: list[dict[str, int]], split: int, packs: bool
+) -> None:
+    """The index keeps the charge for the next decision, which adds only the pods sent since; the result
+    is the reference charge of the whole list, and a list that is not an extension starts afresh."""
+    spec = _spec({"type": "MostAllocated", "resources": [GPU]} if packs else None)
+    snapshot = _snapshot(shapes)
+    data = _NodeFitData(items=(), selector={}, tolerations=())
+
+    def view(listed: list[dict[str, int]]) -> ClusterView:
+        return ClusterView(spec.clusters[0], snapshot, snapshot.index, {}, "default", tuple(listed))
+
+    first = in_flight[: min(split, len(in_flight))]
+    if first:
+        assert _charge_pods(data, snapshot.index, view(first)) == _reference(snapshot, first, packs)
+    assert _charge_pods(data, snapshot.index, view(in_flight)) == _reference(snapshot, in_flight, packs)
+    # Not an extension of what was charged (the oldest pod bound since): charged afresh.
+    rest = in_flight[1:]
+    if rest:
+        assert _charge_pods(data, snapshot.index, view(rest)) == _reference(snapshot, rest, packs)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "message"),
+    [
+        ({"type": "Balanced"}, "clusters[0].scoring_strategy.type"),
+        ({"type": "MostAllocated", "resources": []}, "clusters[0].scoring_strategy.resources"),
+        ({"type": "MostAllocated", "resources": [GPU, GPU]}, "listed more than once"),
+        ({"type": "MostAllocated", "resources": ["bad name!"]}, "clusters[0].scoring_strategy.resources[0]"),
+        ({"type": "MostAllocated", "weight": 2}, "clusters[0].scoring_strategy.weight"),
+    ],
+)
+def test_a_bad_scoring_strategy_is_refused_naming_the_field(
+    strategy: dict[str, object], message: str
+) -> None:
+    cluster = {"name": "c", "conn_id": "k", "region": "r", "scoring_strategy": strategy}
+    with pytest.raises(SpecError) as refused:
+        load_spec({"clusters": [cluster]})
+    assert message in str(refused.value)
