@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import reduce
 from typing import cast
 
 from airflow_provider_fedsched.federation.decision import Candidate, Decision, Outcome, Rejection, ScoreTerm
@@ -15,7 +16,7 @@ from airflow_provider_fedsched.federation.limits import check_time
 from airflow_provider_fedsched.federation.plugins import Profile, profile
 from airflow_provider_fedsched.federation.queue import queue_order
 from airflow_provider_fedsched.federation.request import TaskRequest
-from airflow_provider_fedsched.federation.resources import ResourceList
+from airflow_provider_fedsched.federation.resources import ResourceList, add
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, spec_fingerprint
 from airflow_provider_fedsched.federation.tenancy import TenantInputs
@@ -174,7 +175,7 @@ class FederationEngine:
                 cluster,
                 snapshot,
                 snapshot.index if snapshot is not None else None,
-                reservations.get(cluster.name) or (_summed(pods) if pods else {}),
+                reservations.get(cluster.name) or reduce(add, pods, ResourceList()),
                 cluster.namespace or request.namespace,
                 pods,
             )
@@ -276,11 +277,3 @@ class FederationEngine:
             else "no cluster can take it now"
         )
         return f"{outcome}: {verdict} (0/{len(rejected)} clusters: {tally}); {detail}"
-
-
-def _summed(pods: Sequence[ResourceList]) -> ResourceList:
-    total: ResourceList = {}
-    for pod in pods:
-        for name, amount in pod.items():
-            total[name] = total.get(name, 0) + amount
-    return total

@@ -109,9 +109,9 @@ class ScoringStrategy(_Model):
 
     ``LeastAllocated`` (the kube-scheduler's default): the node with the largest share of ``resources``
     left. ``MostAllocated`` (bin packing, as GPU clusters configure it so whole nodes stay free): the
-    node with the smallest share left. A resource the pod does not request is left out of its score, as
-    the kube-scheduler does for extended resources; a pod requesting none of ``resources`` goes to the
-    node with the largest share of cpu and memory left.
+    node with the smallest share left. A resource other than cpu and memory that the pod does not
+    request is left out of its score, as the kube-scheduler does for extended resources; a pod requesting
+    none of ``resources`` goes to the node with the largest share of cpu and memory left.
     """
 
     type: Literal["LeastAllocated", "MostAllocated"] = "LeastAllocated"

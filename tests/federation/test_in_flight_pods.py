@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -14,40 +14,31 @@ from airflow_provider_fedsched.federation import (
     FederationSpec,
     NodeSnapshot,
     SpecError,
-    TaskRequest,
     load_spec,
 )
 from airflow_provider_fedsched.federation.framework import ClusterView
 from airflow_provider_fedsched.federation.plugins.nodefit import _charge_pods, _NodeFitData
+from tests.federation.helpers import GPU, NOW, cluster, node, request, snapshot, spec
 
-NOW = datetime(2025, 6, 1, 8, 0, 0, tzinfo=UTC)
-GPU = "nvidia.com/gpu"
+PACKS_GPU: dict[str, object] = {"type": "MostAllocated", "resources": [GPU]}
 
 
 def _spec(strategy: dict[str, object] | None = None) -> FederationSpec:
-    cluster: dict[str, object] = {"name": "c", "conn_id": "k", "region": "r"}
-    if strategy is not None:
-        cluster["scoring_strategy"] = strategy
-    return FederationSpec.model_validate({"clusters": [cluster]})
+    extra: dict[str, Any] = {"scoring_strategy": strategy} if strategy else {}
+    return spec([cluster("c", **extra)])
 
 
-def _gpu_nodes() -> ClusterSnapshot:
+def _gpu_nodes(quota: dict[str, dict[str, str]] | None = None) -> ClusterSnapshot:
     # "empty": a whole 8-GPU node free; "busy": one GPU left.
-    return ClusterSnapshot(
-        cluster="c",
-        observed_at=NOW,
-        nodes=[
-            NodeSnapshot(name="busy", allocatable={"cpu": 64000, GPU: 8}, requested={"cpu": 56000, GPU: 7}),
-            NodeSnapshot(name="empty", allocatable={"cpu": 64000, GPU: 8}),
-        ],
-    )
+    busy = node("busy", {"cpu": "64", GPU: "8"}, {"cpu": "56", GPU: "7"})
+    return snapshot("c", [busy, node("empty", {"cpu": "64", GPU: "8"})], quota=quota)
 
 
 def test_a_packing_cluster_keeps_the_whole_node_free_for_the_next_pod() -> None:
     """A 1-GPU pod in flight lands on the fullest node that fits under ``MostAllocated``: the 8-GPU pod
     decided next still has the empty node. Charged as a sum, most free first, it would wait."""
-    packing = FederationEngine(_spec({"type": "MostAllocated", "resources": [GPU]}))
-    eight = TaskRequest(resources={"cpu": 8000, GPU: 8})
+    packing = FederationEngine(_spec(PACKS_GPU))
+    eight = request({"cpu": "8", GPU: "8"})
     one = {"cpu": 4000, GPU: 1}
     snapshots = {"c": _gpu_nodes()}
     assert packing.decide(eight, snapshots, now=NOW, in_flight={"c": [one]}).placed
@@ -62,35 +53,29 @@ def test_a_packing_cluster_keeps_the_whole_node_free_for_the_next_pod() -> None:
 
 def test_a_gpu_pods_cpu_is_charged_to_its_gpu_node() -> None:
     """The cpu of a GPU pod in flight goes with its GPU, not to the node with the most cpu free."""
-    snapshot = ClusterSnapshot(
-        cluster="c",
-        observed_at=NOW,
-        nodes=[
-            NodeSnapshot(name="a-cpu", allocatable={"cpu": 10000}),
-            NodeSnapshot(name="b-gpu", allocatable={"cpu": 8000, GPU: 1}),
-        ],
-    )
+    nodes = snapshot("c", [node("a-cpu", {"cpu": "10"}), node("b-gpu", {"cpu": "8", GPU: "1"})])
     engine = FederationEngine(_spec())
-    ten = TaskRequest(resources={"cpu": 10000})
+    ten = request({"cpu": "10"})
     in_flight = {"cpu": 8000, GPU: 1}
-    assert engine.decide(ten, {"c": snapshot}, now=NOW, in_flight={"c": [in_flight]}).placed
-    assert engine.decide(ten, {"c": snapshot}, now=NOW, reservations={"c": in_flight}).outcome == "wait"
+    assert engine.decide(ten, {"c": nodes}, now=NOW, in_flight={"c": [in_flight]}).placed
+    assert engine.decide(ten, {"c": nodes}, now=NOW, reservations={"c": in_flight}).outcome == "wait"
 
 
 def test_a_pod_no_node_holds_stays_pending_and_takes_nothing() -> None:
     engine = FederationEngine(_spec())
-    request = TaskRequest(resources={"cpu": 8000, GPU: 8})
     too_big = {"cpu": 200000, GPU: 1}
-    assert engine.decide(request, {"c": _gpu_nodes()}, now=NOW, in_flight={"c": [too_big]}).placed
+    decision = engine.decide(
+        request({"cpu": "8", GPU: "8"}), {"c": _gpu_nodes()}, now=NOW, in_flight={"c": [too_big]}
+    )
+    assert decision.placed
 
 
 def test_the_pods_sum_is_the_reservation_other_rules_see() -> None:
     """Given pods only, the quota and the headroom score see their sum."""
     engine = FederationEngine(_spec())
-    snapshot = _gpu_nodes().model_copy(update={"quota_headroom": {"default": {"cpu": 10000}}})
-    request = TaskRequest(resources={"cpu": 4000})
+    quota_of_10 = _gpu_nodes(quota={"default": {"cpu": "10"}})
     pods = [{"cpu": 4000}, {"cpu": 4000}]
-    decision = engine.decide(request, {"c": snapshot}, now=NOW, in_flight={"c": pods})
+    decision = engine.decide(request({"cpu": "4"}), {"c": quota_of_10}, now=NOW, in_flight={"c": pods})
     assert decision.outcome == "wait"
     assert any(r.plugin == "Quota" for r in decision.rejected)
 
@@ -111,16 +96,16 @@ def _snapshot(shapes: list[tuple[int, int, int, int]]) -> ClusterSnapshot:
 
 
 def _reference(
-    snapshot: ClusterSnapshot, pods: list[dict[str, int]], packs: bool
+    observed: ClusterSnapshot, pods: list[dict[str, int]], packs: bool
 ) -> dict[str, dict[str, int]]:
     """Every pod in turn on the best-scoring node that fits, recomputed from scratch."""
-    free = {node.name: dict(node.free) for node in snapshot.nodes}
-    allocatable = {node.name: node.allocatable for node in snapshot.nodes}
+    free = {node.name: dict(node.free) for node in observed.nodes}
+    allocatable = {node.name: node.allocatable for node in observed.nodes}
     changed: set[str] = set()
     for pod in pods:
         scored = [GPU] if packs and pod.get(GPU) else ["cpu", "memory"]
         best, best_score = None, 0.0
-        for name in sorted(free, key=lambda n: (-free_cpu(snapshot, n), n)):
+        for name in sorted(free, key=lambda n: (-free_cpu(observed, n), n)):
             if any(amount > free[name].get(resource, 0) for resource, amount in pod.items() if amount > 0):
                 continue
             share = sum(
@@ -138,8 +123,8 @@ def _reference(
     return {name: free[name] for name in changed}
 
 
-def free_cpu(snapshot: ClusterSnapshot, name: str) -> int:
-    return next(node.free.get("cpu", 0) for node in snapshot.nodes if node.name == name)
+def free_cpu(observed: ClusterSnapshot, name: str) -> int:
+    return next(node.free.get("cpu", 0) for node in observed.nodes if node.name == name)
 
 
 pods = st.lists(
@@ -163,21 +148,21 @@ def test_charging_the_pods_sent_since_equals_charging_them_all_afresh(
 ) -> None:
     """The index keeps the charge for the next decision, which adds only the pods sent since; the result
     is the reference charge of the whole list, and a list that is not an extension starts afresh."""
-    spec = _spec({"type": "MostAllocated", "resources": [GPU]} if packs else None)
-    snapshot = _snapshot(shapes)
+    federation = _spec(PACKS_GPU if packs else None)
+    observed = _snapshot(shapes)
     data = _NodeFitData(items=(), selector={}, tolerations=())
 
     def view(listed: list[dict[str, int]]) -> ClusterView:
-        return ClusterView(spec.clusters[0], snapshot, snapshot.index, {}, "default", tuple(listed))
+        return ClusterView(federation.clusters[0], observed, observed.index, {}, "default", tuple(listed))
 
     first = in_flight[: min(split, len(in_flight))]
     if first:
-        assert _charge_pods(data, snapshot.index, view(first)) == _reference(snapshot, first, packs)
-    assert _charge_pods(data, snapshot.index, view(in_flight)) == _reference(snapshot, in_flight, packs)
+        assert _charge_pods(data, observed.index, view(first)) == _reference(observed, first, packs)
+    assert _charge_pods(data, observed.index, view(in_flight)) == _reference(observed, in_flight, packs)
     # Not an extension of what was charged (the oldest pod bound since): charged afresh.
     rest = in_flight[1:]
     if rest:
-        assert _charge_pods(data, snapshot.index, view(rest)) == _reference(snapshot, rest, packs)
+        assert _charge_pods(data, observed.index, view(rest)) == _reference(observed, rest, packs)
 
 
 @pytest.mark.parametrize(
