@@ -35,7 +35,6 @@ def add_parser(subparsers: Any) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from airflow_provider_fedsched.testbed import KUBERNETES_VERSION, TestbedFederation, TestbedUnavailable
-    from airflow_provider_fedsched.testbed.agent import XComUnavailable
     from airflow_provider_fedsched.testbed.processes import StartupError
 
     config = load_sim_config(args)
@@ -43,7 +42,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         fed = TestbedFederation(config, state_dir=args.state_dir, time_scale=args.time_scale)
         try:
             fed.start()
-        except (TestbedUnavailable, XComUnavailable, StartupError) as exc:
+        except (TestbedUnavailable, StartupError) as exc:
             raise UsageError(str(exc)) from None
         try:
             memory = fed.memory_bytes()

@@ -15,7 +15,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager, parse_log_line
+from airflow.providers.cncf.kubernetes.utils.pod_manager import (
+    PodLoggingStatus,
+    PodManager,
+    parse_log_line,
+)
 from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.kube.failures import ClusterFailure, is_connection_error, node_not_ready
@@ -164,6 +168,7 @@ class FederatedPodManager(PodManager):
         self.removed: set[tuple[str, str]] = set()
         """Pods this manager deleted (a later 404 is ours, not a vanished pod)."""
         self._read_through: Any = None  # the timestamp of the last log line read, while reading the rest
+        self._stages: dict[str, dict[str, int]] = {}  # pod uid -> the latest stage read (see _lifecycle)
         self.logs_interrupted = False
         """While following logs (:meth:`fetch_container_logs`), a stream ended in an error or the cluster
         went silent: the stream may have ended before the container did."""
@@ -199,25 +204,64 @@ class FederatedPodManager(PodManager):
 
     def read_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
         """One bounded read; while the cluster does not answer, read again until it does (reattach) or
-        the watch's grace runs out (:class:`ClusterLost`). KubernetesPodOperator's own loops (start-up,
-        logs, completion) all read through here."""
+        the watch's grace runs out (:class:`ClusterLost`). A read older than one already seen (the pod
+        back in an earlier stage of its life: a lagging API server or cache) is no answer either: read
+        again. KubernetesPodOperator's own loops (start-up, logs, completion) all read through here."""
         name, namespace = pod.metadata.name, pod.metadata.namespace
-        remote = self._answered(lambda: self._client.read_namespaced_pod(name, namespace), f"pod {name}")
+        stale_since: float | None = None
+        while True:
+            remote = self._answered(lambda: self._client.read_namespaced_pod(name, namespace), f"pod {name}")
+            if not self._older_than_seen(remote):
+                break
+            now = time.monotonic()
+            if stale_since is None:
+                stale_since = now
+                self.log.warning(
+                    "Cluster %s answered with an older state of pod %s (%s): reading it again",
+                    self.cluster,
+                    name,
+                    _stage(remote),
+                )
+            if now - stale_since >= self.watch.limit:
+                self.watch.gave_up = True
+                raise ClusterLost(
+                    ClusterFailure(
+                        "unreachable",
+                        f"{self.cluster} answered only with older states of pod {name} for "
+                        f"{now - stale_since:.0f}s",
+                    )
+                )
+            time.sleep(CONFIRM_INTERVAL)
         self.watch.last_pod = remote
         self.watch.seen(remote.status.phase if remote.status else None)
         self._check_node(remote)
         return remote
 
-    def _answered(self, call: Callable[[], T], about: str) -> T:
+    def _older_than_seen(self, remote: k8s.V1Pod) -> bool:
+        """Whether ``remote`` shows its pod at an earlier stage than a read already seen (and notes the
+        latest stage of each pod this manager read)."""
+        uid = remote.metadata.uid if remote.metadata else None
+        if not uid:
+            return False
+        now = _lifecycle(remote)
+        seen = self._stages.get(uid)
+        if seen is not None and any(now.get(key, -1) < rank for key, rank in seen.items()):
+            return True
+        self._stages[uid] = {key: max(rank, (seen or {}).get(key, -1)) for key, rank in now.items()}
+        return False
+
+    def _answered(self, call: Callable[[], T], about: str, *, server_errors: bool = True) -> T:
         """``call()`` until the cluster answers it; :class:`ClusterLost` once the watch's limit passes
-        without an answer. Any answer other than silence (a 404, a 403, the result) ends the wait."""
+        without an answer. Any answer other than silence (a 404, a 403, the result) ends the wait; with
+        ``server_errors=False`` a 5xx is an answer too (a log read: the node's kubelet failed, not the
+        cluster, whose pod reads judge the pod)."""
         noted = 0.0
         while True:
             try:
                 result = call()
                 break
             except Exception as exc:
-                if is_gone(exc) or not unanswered(exc):
+                if is_gone(exc) or not unanswered(exc, server_errors=server_errors):
                     raise
                 waited = self.watch.unanswered(exc)
                 self.logs_interrupted = True
@@ -285,21 +329,26 @@ class FederatedPodManager(PodManager):
         )
         once = getattr(PodManager.read_pod_logs, "__wrapped__", PodManager.read_pod_logs)
         stream = self._answered(
-            lambda: once(self, pod, container_name, *args, **kwargs), f"the logs of pod {pod.metadata.name}"
+            lambda: once(self, pod, container_name, *args, **kwargs),
+            f"the logs of pod {pod.metadata.name}",
+            server_errors=False,
         )
         return self._noting_breaks(stream)
 
     def _noting_breaks(self, stream: Iterable[bytes]) -> Iterator[bytes]:
-        """``stream``, noting an error that ends it early, without the lines up to ``_read_through`` (a
-        resumed read starts at a whole second, before the last line read)."""
+        """``stream``, noting an error that ends it early, without the lines already read in this follow
+        (:attr:`_read_through`): a resumed read starts at a whole second at or before the last line read,
+        so its first lines would be printed twice."""
         read_through, skipping = self._read_through, False
         try:
             for raw in stream:
-                if read_through is not None:
-                    stamp, _ = parse_log_line(raw.decode("utf-8", errors="backslashreplace"))
-                    skipping = stamp <= read_through if stamp is not None else skipping
-                    if skipping:
-                        continue
+                stamp, _ = parse_log_line(raw.decode("utf-8", errors="backslashreplace"))
+                if stamp is not None:
+                    skipping = read_through is not None and stamp <= read_through
+                if skipping:
+                    continue  # a continuation line goes with the line it continues
+                if stamp is not None:
+                    self._read_through = stamp
                 yield raw
         except Exception:
             self.logs_interrupted = True
@@ -308,23 +357,56 @@ class FederatedPodManager(PodManager):
     def fetch_container_logs(
         self, pod: k8s.V1Pod, container_name: str, *, follow: bool = False, **kwargs: Any
     ) -> Any:
-        """KubernetesPodOperator's log following, plus one last read after an interrupted stream.
+        """KubernetesPodOperator's log following, where a log stream is never a verdict on the pod.
 
-        When the stream breaks (the cluster goes silent) and the container ends before the cluster answers
-        again, the provider returns without reading what the container wrote meanwhile: the task's last
-        lines would be lost. Only then, read them once, skipping the lines already read."""
+        The provider resumes a stream that breaks while the container runs; every resumed read skips the
+        lines already printed. A log read that fails (a 400 or 500 from the node, a refused stream) is
+        logged, not raised: the container is then waited for from fresh reads of the pod (within the
+        attempt's grace, as every read), and the pod is judged by KubernetesPodOperator's own completion
+        step from a fresh read too, never from the stream or a read older than its end. When a stream
+        broke or failed and the container has ended, what it wrote meanwhile is read once more (the
+        task's last lines would be lost otherwise)."""
         self.logs_interrupted = False
-        status = super().fetch_container_logs(pod, container_name, follow=follow, **kwargs)
-        if follow and self.logs_interrupted and not status.running:
-            self.log.info(
-                "Reading the rest of the logs of pod %s: its stream was interrupted", pod.metadata.name
-            )
-            kwargs["since_time"] = self._read_through = status.last_log_time
+        self._read_through = None
+        try:
             try:
-                status = super().fetch_container_logs(pod, container_name, follow=False, **kwargs)
-            finally:
-                self._read_through = None
-        return status
+                status = super().fetch_container_logs(pod, container_name, follow=follow, **kwargs)
+            except ClusterLost:
+                raise
+            except Exception as exc:
+                if not follow or _credentials_refused(exc):
+                    raise  # a plain read's caller decides; a 401 is KubernetesPodOperator's to refresh
+                self.log.warning(
+                    "The log stream of %s (pod %s) failed: %s. The logs are not a verdict on the pod: "
+                    "waiting for the container to end, from fresh reads of the pod",
+                    container_name,
+                    pod.metadata.name,
+                    _first_line(exc),
+                )
+                self.logs_interrupted = True
+                self.await_container_completion(pod, container_name)
+                status = PodLoggingStatus(running=False, last_log_time=None)
+            if follow and self.logs_interrupted and not status.running:
+                self._read_rest(pod, container_name, **kwargs)
+            return status
+        finally:
+            self._read_through = None
+
+    def _read_rest(self, pod: k8s.V1Pod, container_name: str, **kwargs: Any) -> None:
+        """One plain read of what the container wrote after the last line printed; a failure is logged."""
+        self.log.info("Reading the rest of the logs of pod %s: its stream was interrupted", pod.metadata.name)
+        kwargs["since_time"] = self._read_through
+        try:
+            super().fetch_container_logs(pod, container_name, follow=False, **kwargs)
+        except ClusterLost:
+            raise
+        except Exception as exc:
+            self.log.warning(
+                "Could not read the rest of the logs of %s (pod %s): %s; the pod is judged all the same",
+                container_name,
+                pod.metadata.name,
+                _first_line(exc),
+            )
 
     # Writes ------------------------------------------------------------------------------------------
     def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
@@ -386,10 +468,46 @@ class FederatedPodManager(PodManager):
         return ClusterFailure("unreachable", f"{self.reason(exc)}{held}")
 
 
-def unanswered(exc: BaseException) -> bool:
-    """No answer from the cluster (connection refused, reset, timeout) or a 5xx from its API server."""
+_PHASES = {"Pending": 0, "Running": 1, "Succeeded": 2, "Failed": 2}
+_STATES = ("waiting", "running", "terminated")
+
+
+def _lifecycle(pod: k8s.V1Pod) -> dict[str, int]:
+    """How far a pod read shows its pod: its phase, and each container's restarts and state, as ranks
+    that never go down in a pod's life (a restarted container counts its restarts first)."""
+    status = pod.status
+    if status is None:
+        return {}
+    ranks = {"phase": _PHASES.get(status.phase or "", -1)}
+    for cs in (status.init_container_statuses or []) + (status.container_statuses or []):
+        state = next((i for i, name in enumerate(_STATES) if getattr(cs.state, name, None)), 0)
+        ranks[f"container/{cs.name}"] = (cs.restart_count or 0) * len(_STATES) + state
+    return ranks
+
+
+def _stage(pod: k8s.V1Pod) -> str:
+    status = pod.status
+    states = [
+        f"{cs.name} {next((n for n in _STATES if getattr(cs.state, n, None)), 'unknown')}"
+        for cs in (status.container_statuses or [] if status else [])
+    ]
+    return ", ".join([status.phase if status and status.phase else "no phase", *states])
+
+
+def _credentials_refused(exc: BaseException) -> bool:
+    return getattr(exc, "status", None) == 401
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def unanswered(exc: BaseException, *, server_errors: bool = True) -> bool:
+    """No answer from the cluster (connection refused, reset, timeout) or, unless ``server_errors`` is
+    False, a 5xx from its API server."""
     status = getattr(exc, "status", None)
-    if isinstance(status, int) and status >= 500:
+    if isinstance(status, int) and status >= 500 and server_errors:
         return True
     return is_connection_error(exc)
 

@@ -1,99 +1,122 @@
-"""The pod agent: what a container would have printed or left behind, served by kwok's Logs and Exec.
+"""The pod agent: what a container prints while it runs, and what it leaves behind for ``exec``.
 
-For each new pod it writes the container logs (the ``sim.fedsched.io/logs`` annotation, as the simulator's
-kubelet renders it) in the CRI log format kwok reads, and the XCom sidecar's ``return.json``; it creates a
-``Logs`` and an ``Exec`` object named after the pod (owned by it, so the garbage collector removes them),
-and then marks the pod prepared: only then does kwok start it. kwok answers ``exec`` with a real
-``/bin/sh`` in the pod's directory as an unprivileged user; ``/airflow/xcom`` resolves to that directory
-(a link to ``/proc/self/cwd``) and the sidecar's ``kill`` reaches a ``pgrep`` that marks the sidecar
-killed, which a kwok Stage turns into its termination.
+For each new pod it writes the XCom sidecar's ``return.json`` into the pod's directory, creates an ``Exec``
+object named after the pod (owned by it, so the garbage collector removes it) and then marks the pod
+prepared: only then does kwok start it. While a container runs, the agent writes its output (the
+``sim.fedsched.io/logs`` annotation, spread over its ``duration`` as the simulator's runtime does) into
+the buffer the node endpoint serves (:mod:`.node_endpoint`); when the container ends, the rest of its
+output follows and its log ends, as a kubelet's does. kwok answers ``exec`` with a real shell in the pod's
+directory, as an unprivileged user where the agent runs as root; the node endpoint runs the agent's
+container shell (``bin/sh``) for ``/bin/sh``, which shows the pod's directory at ``/airflow/xcom``, and the
+sidecar's ``kill`` reaches a ``pgrep`` that marks the sidecar killed, which a kwok Stage turns into its
+termination. Everything the agent writes is under its ``root``, inside the test bed's state dir.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import datetime
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
 
-from airflow_provider_fedsched.sim.controllers.runtime import annotation, log_lines
+from airflow_provider_fedsched.sim.apiserver.nodeagent import LogBuffer
+from airflow_provider_fedsched.sim.controllers.runtime import annotation, float_annotation, log_lines
+from airflow_provider_fedsched.sim.util import ApiError
+from airflow_provider_fedsched.testbed.node_endpoint import NodeEndpoint
 from airflow_provider_fedsched.testbed.stages import PREPARED, SIDECAR, SIDECAR_KILLED
 
 log = logging.getLogger(__name__)
-XCOM_DIR = Path("/airflow/xcom")
 NOBODY = 65534
-ENDED = ".ended"  # a folder of an ended container's log generations (see PodAgent._end_late_followers)
-FOLLOWER_SCAN_INTERVAL = 0.5
-LOG_SWAP_TRIES = 6
-"""Times the agent offers kwok the final log file (waiting 0.3 s, then twice as long each time)."""
 _PGREP = """#!/bin/sh
 # The XCom sidecar is stopped with `kill -2 $(pgrep -u $(id -u) -f 'sh')`: mark it killed for the
 # test bed (a kwok Stage ends the sidecar) and name this exec session's shell, which the kill ends too.
 : > sidecar-killed
 echo "$PPID"
 """
+_CONTAINER_SHELL = """#!/bin/sh
+# The container's /airflow/xcom is the pod's directory, this session's working directory: the shell reads
+# its commands with that path put in (nothing is linked outside the test bed's state dir).
+sed -u "s#/airflow/xcom#$PWD#g" | /bin/sh "$@"
+"""
 
 
-class XComUnavailable(RuntimeError):
-    """``/airflow/xcom`` exists on this machine and is not the test bed's link."""
+@dataclass
+class ContainerOutput:
+    """One container's output: its buffer, and the task writing its lines while it runs."""
+
+    lines: list[str]
+    seconds: float
+    buffer: LogBuffer = field(default_factory=LogBuffer)
+    written: int = 0
+    writer: asyncio.Task[None] | None = None
 
 
-def ensure_xcom_link() -> None:
-    """``/airflow/xcom`` -> ``/proc/self/cwd``: the sidecar's absolute path lands in each pod's directory."""
-    target = "/proc/self/cwd"
-    if XCOM_DIR.is_symlink() and os.readlink(XCOM_DIR) == target:
-        return
-    if XCOM_DIR.exists() or XCOM_DIR.is_symlink():
-        raise XComUnavailable(
-            f"{XCOM_DIR} exists and is not a link to {target}: the test bed's XCom needs it"
-        )
-    XCOM_DIR.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        XCOM_DIR.symlink_to(target)
-
-
-def _cri_lines(lines: list[str]) -> str:
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return "".join(f"{now} stdout F {line}\n" for line in lines)
+@dataclass
+class PodOutput:
+    uid: str
+    containers: dict[str, ContainerOutput]
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class PodAgent:
-    """One cluster's agent, on a daemon thread; ``root`` must be traversable by the exec user."""
+    """One cluster's agent: a pod watch on a daemon thread, and its node endpoint (the kubelet's port).
+
+    ``root`` (inside the state dir) must be traversable by the exec user; ``node_port`` is what the
+    cluster's nodes report, ``kwok_port`` where kwok listens; ``time_scale`` scales container run times.
+    """
 
     def __init__(
-        self, api: client.ApiClient, root: Path, reader_pid: Callable[[], int] | None = None
+        self,
+        api: client.ApiClient,
+        root: Path,
+        *,
+        node_port: int,
+        kwok_port: int,
+        serving: tuple[Path, Path],
+        client_ca: Path,
+        time_scale: float = 1.0,
     ) -> None:
         self.api = api
-        self._reader_pid = reader_pid  # kwok's process: whose open log files tell a follower is waiting
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.root = root
+        self.time_scale = time_scale
         self.shims = root / "bin"
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o711)
         self.shims.mkdir(exist_ok=True)
-        pgrep = self.shims / "pgrep"
-        pgrep.write_text(_PGREP)
-        pgrep.chmod(0o755)
-        self.as_root = os.geteuid() == 0
+        for name, script in (("pgrep", _PGREP), ("sh", _CONTAINER_SHELL)):
+            (self.shims / name).write_text(script)
+            (self.shims / name).chmod(0o755)
+        self.as_root = os.geteuid() == 0 and _traversable_by_others(root)
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
-        self._ended: set[tuple[str, str]] = set()
         self._sidecars: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) still running a sidecar
+        self._outputs: dict[tuple[str, str], PodOutput] = {}  # (namespace, name): only on the endpoint loop
+        self.endpoint = NodeEndpoint(
+            self,
+            port=node_port,
+            kwok_port=kwok_port,
+            cert=serving[0],
+            key=serving[1],
+            client_ca=client_ca,
+            container_shell=self.shims / "sh",
+        )
         self._thread = threading.Thread(target=self._run, name=f"testbed-agent-{root.name}", daemon=True)
         self._poller = threading.Thread(
             target=self._poll_kills, name=f"testbed-kills-{root.name}", daemon=True
         )
 
     def start(self) -> PodAgent:
+        self.endpoint.start()
         self._thread.start()
         self._poller.start()
         return self
@@ -104,7 +127,20 @@ class PodAgent:
             self._watch.stop()
         self._thread.join(timeout=10)
         self._poller.join(timeout=10)
+        self.endpoint.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- the node endpoint's questions (on its loop) ------------------------------------------------------
+    def output(self, namespace: str, pod: str, container: str) -> LogBuffer | None:
+        found = self._outputs.get((namespace, pod))
+        if found is None or container not in found.containers:
+            raise ApiError(404, f'container "{container}" of pod "{namespace}/{pod}" is not on this node')
+        output = found.containers[container]
+        return output.buffer if output.writer is not None or output.buffer.done else None
+
+    def state(self, namespace: str, pod: str, container: str) -> dict[str, Any] | None:
+        found = self._outputs.get((namespace, pod))
+        return found.states.get(container) if found is not None else None
 
     # -- the watch -----------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -113,8 +149,10 @@ class PodAgent:
             try:
                 if not resource_version:
                     listed = self.core.list_pod_for_all_namespaces()
-                    for pod in listed.items:
-                        self._on_pod("ADDED", self.api.sanitize_for_serialization(pod))
+                    pods = [self.api.sanitize_for_serialization(pod) for pod in listed.items]
+                    self.endpoint.call(self._forget_all_but, {_key(pod) for pod in pods})
+                    for pod in pods:
+                        self._on_pod("ADDED", pod)
                     resource_version = listed.metadata.resource_version
                 self._watch = watch.Watch()
                 for event in self._watch.stream(
@@ -144,19 +182,14 @@ class PodAgent:
         uid = meta["uid"]
         if kind == "DELETED":
             self._sidecars.pop(uid, None)
-            self._ended = {key for key in self._ended if key[0] != uid}
+            self.endpoint.call(self._forget, _key(pod), uid)
             shutil.rmtree(self.root / uid, ignore_errors=True)
             return
         if kind == "ERROR":
             return
+        self.endpoint.call(self._follow_states, pod)
         annotations = meta.get("annotations") or {}
         containers = [c["name"] for c in pod["spec"].get("containers") or []]
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        ended = [cs["name"] for cs in statuses if "terminated" in (cs.get("state") or {})]
-        if meta.get("deletionTimestamp"):
-            ended = containers
-        for container in ended:
-            self._end_logs(meta["namespace"], meta["name"], uid, container)
         if SIDECAR in containers and annotations.get(SIDECAR_KILLED) != "true":
             self._sidecars[uid] = (meta["namespace"], meta["name"])
         if annotations.get(PREPARED) == "true" or meta.get("deletionTimestamp"):
@@ -167,19 +200,51 @@ class PodAgent:
             if exc.status not in (404, 409):
                 log.warning("test bed agent: preparing %s/%s: %s", meta["namespace"], meta["name"], exc)
 
-    # -- what the containers print and leave -----------------------------------------------------------
+    # -- what the containers print (on the endpoint's loop) -----------------------------------------------
+    def _follow_states(self, pod: dict[str, Any]) -> None:
+        """Start writing a container's output when it runs; when it ends (or its pod is going), write
+        the rest and end its log."""
+        key, uid = _key(pod), pod["metadata"]["uid"]
+        found = self._outputs.get(key)
+        if found is None or found.uid != uid:
+            if found is not None:
+                self._end(found)
+            found = self._outputs[key] = PodOutput(uid, _outputs(pod, self.time_scale))
+        status = pod.get("status") or {}
+        for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+            state = cs.get("state") or {}
+            found.states[cs["name"]] = state
+            output = found.containers.get(cs["name"])
+            if output is None:
+                continue
+            if ("running" in state or "terminated" in state) and output.writer is None:
+                output.writer = asyncio.create_task(_write_while_running(output))
+            if "terminated" in state:
+                _finish(output)
+        if pod["metadata"].get("deletionTimestamp"):
+            self._end(found)
+
+    def _forget(self, key: tuple[str, str], uid: str) -> None:
+        found = self._outputs.get(key)
+        if found is not None and found.uid == uid:
+            self._end(self._outputs.pop(key))
+
+    def _forget_all_but(self, keys: set[tuple[str, str]]) -> None:
+        """After a relist: pods deleted while the watch was away end their logs too."""
+        for key in [k for k in self._outputs if k not in keys]:
+            self._end(self._outputs.pop(key))
+
+    @staticmethod
+    def _end(found: PodOutput) -> None:
+        for output in found.containers.values():
+            _finish(output)
+
+    # -- what the containers leave (exec) -----------------------------------------------------------------
     def _prepare(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         directory = self.root / uid
         directory.mkdir(exist_ok=True)
-        containers = [c["name"] for c in pod["spec"].get("containers") or []]
-        containers += [c["name"] for c in pod["spec"].get("initContainers") or []]
-        logs = []
-        for container in containers:
-            path = directory / f"{container}.log"
-            path.write_text(_cri_lines([] if container == SIDECAR else log_lines(pod, container)))
-            logs.append({"containers": [container], "logsFile": str(path), "follow": True})
         xcom = annotation(pod, "xcom", default=None)
         if xcom:
             (directory / "return.json").write_text(str(xcom))
@@ -193,77 +258,18 @@ class PodAgent:
         }
         if self.as_root:
             local["securityContext"] = {"runAsUser": NOBODY, "runAsGroup": NOBODY}
-        for plural, kind, spec in (
-            ("logs", "Logs", {"logs": logs}),
-            ("execs", "Exec", {"execs": [{"local": local}]}),
-        ):
-            body = {
-                "apiVersion": "kwok.x-k8s.io/v1alpha1",
-                "kind": kind,
-                "metadata": {"name": name, "namespace": namespace, "ownerReferences": owner},
-                "spec": spec,
-            }
-            try:
-                self.custom.create_namespaced_custom_object(
-                    "kwok.x-k8s.io", "v1alpha1", namespace, plural, body
-                )
-            except client.ApiException as exc:
-                if exc.status != 409:
-                    raise
+        body = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Exec",
+            "metadata": {"name": name, "namespace": namespace, "ownerReferences": owner},
+            "spec": {"execs": [{"local": local}]},
+        }
+        try:
+            self.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", namespace, "execs", body)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
         self._annotate(namespace, name, uid, PREPARED)
-
-    def _end_logs(self, namespace: str, name: str, uid: str, container: str) -> None:
-        """End every follower of a container that can write no more (kwok cannot tell: it asks no runtime).
-
-        The log moves to a final file that the pod's Logs object then names; where it was, a directory
-        appears, which ends a follower's read (kwok's CRI log reader reopens the recreated path and fails).
-        """
-        path = self.root / uid / f"{container}.log"
-        final = self.root / uid / f"{container}.final.log"
-        if (uid, container) in self._ended or not path.is_file():
-            return
-        self._ended.add((uid, container))
-        generations = self.root / uid / f"{container}{ENDED}"
-        generations.mkdir(exist_ok=True)
-        shutil.copyfile(path, generations / "0.log")
-        final.symlink_to(generations / "0.log")
-        try:
-            logs = self.custom.get_namespaced_custom_object(
-                "kwok.x-k8s.io", "v1alpha1", namespace, "logs", name
-            )
-            for entry in logs["spec"]["logs"]:
-                if entry.get("logsFile") == str(path):
-                    entry["logsFile"] = str(final)
-            self.custom.replace_namespaced_custom_object(
-                "kwok.x-k8s.io", "v1alpha1", namespace, "logs", name, logs
-            )
-        except client.ApiException as exc:
-            if exc.status != 404:
-                log.warning("test bed agent: logs of %s/%s: %s", namespace, name, exc)
-        # kwok reads the Logs objects through a watch: the old file may go only once kwok names the final
-        # one. A plain read of the log tells: if kwok still reads the old path, the file comes back and
-        # kwok's watch is given longer (a fixed 0.3 s was once too short: "no logs found").
-        wait = 0.3
-        for _ in range(LOG_SWAP_TRIES):
-            self._stop.wait(wait)
-            path.unlink(missing_ok=True)
-            path.mkdir(exist_ok=True)
-            if self._log_readable(namespace, name, container):
-                return
-            path.rmdir()
-            shutil.copyfile(final, path)
-            wait *= 2
-        log.warning("test bed agent: kwok still reads the first log of %s/%s %s", namespace, name, container)
-
-    def _log_readable(self, namespace: str, name: str, container: str) -> bool:
-        """A plain read of the container's log through the API server answers (400: kwok found no file)."""
-        try:
-            self.core.read_namespaced_pod_log(name, namespace, container=container, _request_timeout=5)
-        except client.ApiException as exc:
-            return bool(exc.status != 400)
-        except Exception:  # no answer: nothing this agent can mend
-            return True
-        return True
 
     def _annotate(self, namespace: str, name: str, uid: str, key: str) -> None:
         # The uid in the patch is a precondition: a newer pod of the same name is never marked.
@@ -271,44 +277,8 @@ class PodAgent:
             name, namespace, {"metadata": {"uid": uid, "annotations": {key: "true"}}}
         )
 
-    def _end_late_followers(self) -> None:
-        """A kubelet ends a log stream of a container that has ended once the log is read; kwok follows
-        until the file is recreated (it asks no runtime). So whenever kwok holds an ended container's log
-        open -- a follower that came after the end, e.g. a restarted task reattaching to a finished pod --
-        the log moves to its next generation (the final link then names it) and the old one's path is
-        recreated as a directory, which ends that read. A plain read has its data already: it is unharmed."""
-        if self._reader_pid is None:
-            return
-        fds = Path(f"/proc/{self._reader_pid()}/fd")
-        try:
-            held = {os.readlink(fds / fd) for fd in os.listdir(fds)}
-        except OSError:
-            return  # kwok is restarting or gone
-        for target in held:
-            current = Path(target)
-            ended = current.parent.name.endswith(ENDED) and current.is_relative_to(self.root)
-            if ended and current.is_file():
-                with contextlib.suppress(OSError, ValueError):
-                    self._next_generation(current)
-
-    @staticmethod
-    def _next_generation(current: Path) -> None:
-        following = current.with_name(f"{int(current.stem) + 1}.log")
-        shutil.copyfile(current, following)
-        link = current.parent.with_name(current.parent.name.removesuffix(ENDED) + ".final.log")
-        staged = link.with_name(link.name + ".next")
-        staged.unlink(missing_ok=True)
-        staged.symlink_to(following)
-        os.replace(staged, link)
-        current.unlink()
-        current.mkdir()
-
     def _poll_kills(self) -> None:
-        last_scan = 0.0
         while not self._stop.wait(0.1):
-            if time.monotonic() - last_scan >= FOLLOWER_SCAN_INTERVAL:
-                last_scan = time.monotonic()
-                self._end_late_followers()
             for uid, (namespace, name) in list(self._sidecars.items()):
                 if (self.root / uid / "sidecar-killed").exists():
                     self._sidecars.pop(uid, None)
@@ -316,3 +286,51 @@ class PodAgent:
                         self._annotate(namespace, name, uid, SIDECAR_KILLED)
                     except client.ApiException as exc:
                         log.warning("test bed agent: sidecar of %s/%s: %s", namespace, name, exc)
+
+
+def _key(pod: dict[str, Any]) -> tuple[str, str]:
+    return pod["metadata"]["namespace"], pod["metadata"]["name"]
+
+
+def _outputs(pod: dict[str, Any], time_scale: float) -> dict[str, ContainerOutput]:
+    spec = pod["spec"]
+    names = [c["name"] for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])]
+    return {
+        name: ContainerOutput(
+            lines=[] if name == SIDECAR else log_lines(pod, name),
+            seconds=float_annotation(pod, "duration", 1.0, name) * time_scale,
+        )
+        for name in names
+    }
+
+
+async def _write_while_running(output: ContainerOutput) -> None:
+    """The container's lines at even steps over its run time, as the simulator's runtime prints them."""
+    step = output.seconds / (len(output.lines) + 1)
+    started = time.monotonic()
+    while output.written < len(output.lines) and not output.buffer.done:
+        due = started + step * (output.written + 1)
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        if output.buffer.done:
+            return
+        output.buffer.append(output.lines[output.written])
+        output.written += 1
+
+
+def _finish(output: ContainerOutput) -> None:
+    """The container can print no more: what it had left to print, then the end of its log."""
+    if output.buffer.done:
+        return
+    if output.writer is not None:
+        output.writer.cancel()
+    for line in output.lines[output.written :]:
+        output.buffer.append(line)
+    output.written = len(output.lines)
+    output.buffer.finish()
+
+
+def _traversable_by_others(path: Path) -> bool:
+    """Whether an unprivileged exec user can reach ``path`` (every ancestor searchable by others)."""
+    with contextlib.suppress(OSError):
+        return all(os.stat(p).st_mode & 0o001 for p in [path, *path.parents])
+    return False

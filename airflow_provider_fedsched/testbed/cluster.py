@@ -63,6 +63,8 @@ class TestbedCluster:
         self.startup_seconds: dict[str, float] = {}
         self._api: client.ApiClient | None = None
         self.ca: Authority | None = None
+        self.node_port = self.kwok_port = 0
+        self.kwok_serving: Pair | None = None
 
     # -- files -------------------------------------------------------------------------------------
     @property
@@ -93,7 +95,10 @@ class TestbedCluster:
         sa = ca.service_account_keys()
         if not self.port:
             self.port = free_port()
-        etcd_port, etcd_peer, kwok_port = free_port(), free_port(), free_port()
+        etcd_port, etcd_peer, self.kwok_port = free_port(), free_port(), free_port()
+        # The port the nodes report for their kubelet: the pod agent's node endpoint, in front of kwok.
+        self.node_port = free_port()
+        self.kwok_serving = kwok_serving
         tokens = self._write("tokens.csv", f"{self.token},{ADMIN_USER},{ADMIN_USER},system:masters\n")
         audit_policy = self._write("audit-policy.yaml", self._audit_policy())
 
@@ -210,10 +215,10 @@ class TestbedCluster:
                 f"--config={stages}",
                 f"--manage-nodes-with-label-selector={MANAGED_LABEL}=true",
                 f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
-                "--enable-crds=Logs,Exec",
+                "--enable-crds=Exec",
                 "--node-ip=127.0.0.1",
-                f"--node-port={kwok_port}",
-                f"--server-address=127.0.0.1:{kwok_port}",
+                f"--node-port={self.node_port}",
+                f"--server-address=127.0.0.1:{self.kwok_port}",
                 f"--tls-cert-file={kwok_serving.cert}",
                 f"--tls-private-key-file={kwok_serving.key}",
                 "--cidr=10.244.0.0/16",

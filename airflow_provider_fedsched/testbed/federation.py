@@ -7,7 +7,6 @@ operator and hook scenarios run unchanged against either.
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import tempfile
@@ -20,7 +19,7 @@ from typing import Any
 from airflow_provider_fedsched.sim.config import SimConfig, federation_spec, resolve_config
 from airflow_provider_fedsched.sim.harness import conn_id, write_federation_files
 from airflow_provider_fedsched.testbed import binaries
-from airflow_provider_fedsched.testbed.agent import PodAgent, ensure_xcom_link
+from airflow_provider_fedsched.testbed.agent import PodAgent
 from airflow_provider_fedsched.testbed.cluster import TestbedCluster
 from airflow_provider_fedsched.testbed.handles import TestbedClusterHandle
 
@@ -47,9 +46,6 @@ class TestbedFederation:
             self._tmp = tempfile.TemporaryDirectory(prefix="fedsched-testbed-")
             state_dir = self._tmp.name
         self.state_dir = Path(state_dir)
-        # The exec user (nobody) must reach each pod's directory: a folder of its own under /tmp.
-        self._exec_root = Path(tempfile.mkdtemp(prefix="fedsched-testbed-pods-"))
-        self._exec_root.chmod(0o711)
         self.clusters: dict[str, TestbedCluster] = {}
         self.agents: dict[str, PodAgent] = {}
         self.handles: dict[str, TestbedClusterHandle] = {}
@@ -63,9 +59,10 @@ class TestbedFederation:
 
     def start(self) -> TestbedFederation:
         binaries.check()
-        ensure_xcom_link()
         began = time.monotonic()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        # The exec user (nobody) must reach each pod's directory under pods/: search, not read, for others.
+        self.state_dir.chmod(0o711)
         for cfg in self.config.clusters:
             root = self.state_dir / "clusters" / cfg.name
             if root.exists():
@@ -75,10 +72,15 @@ class TestbedFederation:
             with ThreadPoolExecutor(max_workers=len(self.clusters)) as pool:
                 list(pool.map(lambda c: c.start(), self.clusters.values()))
             for name, cluster in self.clusters.items():
+                assert cluster.kwok_serving is not None and cluster.ca is not None
                 self.agents[name] = PodAgent(
                     cluster.admin(),
-                    self._exec_root / name,
-                    reader_pid=functools.partial(cluster.process_pid, "kwok"),
+                    self.state_dir / "pods" / name,
+                    node_port=cluster.node_port,
+                    kwok_port=cluster.kwok_port,
+                    serving=(cluster.kwok_serving.cert, cluster.kwok_serving.key),
+                    client_ca=cluster.ca.cert_path,
+                    time_scale=self.config.time_scale,
                 ).start()
                 self.handles[name] = TestbedClusterHandle(cluster)
         except BaseException:
@@ -94,7 +96,7 @@ class TestbedFederation:
         self.agents.clear()
         for cluster in self.clusters.values():
             cluster.stop()
-        shutil.rmtree(self._exec_root, ignore_errors=True)
+        shutil.rmtree(self.state_dir / "pods", ignore_errors=True)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -57,22 +59,103 @@ def _stopped(store: Store, namespace: str, name: str, uid: str, container: str) 
     return False
 
 
+@dataclass(frozen=True)
+class LogOptions:
+    """A log request's options, as the kubelet reads them (``sinceSeconds``, ``sinceTime``, ``tailLines``,
+    ``limitBytes``, ``timestamps``, ``follow``, ``previous``); a bad value is a 400 naming the option."""
+
+    since: float | None
+    limit: int | None
+    tail: int | None
+    timestamps: bool
+    follow: bool
+    previous: bool
+
+    @classmethod
+    def from_query(cls, query: MultiMapping[str]) -> LogOptions:
+        since_seconds = int_query(query, "sinceSeconds", 1)
+        since_time = time_query(query, "sinceTime")
+        return cls(
+            since=time.time() - since_seconds if since_seconds is not None else since_time,
+            limit=int_query(query, "limitBytes", 1),
+            tail=int_query(query, "tailLines", 0),
+            timestamps=_true(query.get("timestamps")),
+            follow=_true(query.get("follow")),
+            previous=_true(query.get("previous")),
+        )
+
+
+def waiting_to_start(container: str, pod: str, state: dict[str, Any] | None) -> ApiError:
+    """The kubelet's answer for a container with no output yet."""
+    reason = ((state or {}).get("waiting") or {}).get("reason", "ContainerCreating")
+    return ApiError(400, f'container "{container}" in pod "{pod}" is waiting to start: {reason}')
+
+
+def log_body(buffer: LogBuffer, options: LogOptions) -> bytes:
+    """What a read that does not follow answers: the selected lines, cut at ``limitBytes``."""
+    body = b"".join(_format(line, options.timestamps) for line in _selected(buffer, options))
+    return body[: options.limit] if options.limit is not None else body
+
+
+def _selected(buffer: LogBuffer, options: LogOptions) -> list[tuple[float, str]]:
+    lines = [ln for ln in buffer.lines if options.since is None or ln[0] >= options.since]
+    if options.tail is not None:
+        lines = lines[-options.tail :] if options.tail else []
+    return lines
+
+
+async def follow_log(
+    buffer: LogBuffer,
+    options: LogOptions,
+    write: Callable[[bytes], Awaitable[None]],
+    stopped: Callable[[], bool],
+) -> None:
+    """Send the selected lines, then what the container writes, until it can write no more (``buffer``
+    done, or ``stopped()``: its pod gone or its container terminated) or ``limitBytes`` is reached: the
+    stream then ends cleanly, as a kubelet's does. The simulator's API server and the test bed's node
+    endpoint both serve follows with this."""
+    position = len(buffer.lines)  # where following picks up after the initial lines
+    sent = 0
+
+    async def send(chunk: bytes) -> bool:
+        nonlocal sent
+        if options.limit is not None:
+            chunk = chunk[: max(0, options.limit - sent)]
+        if chunk:
+            await write(chunk)
+            sent += len(chunk)
+        return options.limit is None or sent < options.limit
+
+    for line in _selected(buffer, options):
+        if not await send(_format(line, options.timestamps)):
+            return
+    while True:
+        while position < len(buffer.lines):
+            line = buffer.lines[position]
+            position += 1
+            if not await send(_format(line, options.timestamps)):
+                return
+        # No await between the last flush and these checks, so no line can be missed.
+        if buffer.done or stopped():
+            return
+        changed = buffer.changed
+        # Wake on new output, or look again: no termination path may leave a follower hanging.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), _RECHECK_SECONDS)
+
+
 async def pod_log(
     request: web.Request, store: Store, agent: NodeAgent, namespace: str, name: str
 ) -> web.StreamResponse:
-    query = request.query
     # Options are decoded (400 on a bad one) before the pod is looked up, as the apiserver does.
-    since_seconds = int_query(query, "sinceSeconds", 1)
-    since_time = time_query(query, "sinceTime")
-    limit = int_query(query, "limitBytes", 1)
-    tail = int_query(query, "tailLines", 0)
+    options = LogOptions.from_query(request.query)
     pod = store.require("pods", namespace, name)
-    container = _select_container(pod, query)
+    container = _select_container(pod, request.query)
     uid = pod["metadata"]["uid"]
     statuses = {cs["name"]: cs for cs in (pod.get("status") or {}).get("containerStatuses") or []}
     status = statuses.get(container)
     buffer: LogBuffer | None
-    if _true(query.get("previous")):
+    if options.previous:
         buffer = agent.log_buffer(uid, container, previous=True)
         if buffer is None:
             raise ApiError(400, f'previous terminated container "{container}" in pod "{name}" not found')
@@ -81,57 +164,17 @@ async def pod_log(
         if buffer is None:
             state = (status or {}).get("state") or {"waiting": {"reason": "ContainerCreating"}}
             if "waiting" in state:
-                reason = state["waiting"].get("reason", "ContainerCreating")
-                raise ApiError(400, f'container "{container}" in pod "{name}" is waiting to start: {reason}')
+                raise waiting_to_start(container, name, state)
             buffer = LogBuffer(done=True)
-    timestamps = _true(query.get("timestamps"))
-    follow = _true(query.get("follow"))
-    since = time.time() - since_seconds if since_seconds is not None else since_time
-    lines = [ln for ln in buffer.lines if since is None or ln[0] >= since]
-    if tail is not None:
-        lines = lines[-tail:] if tail else []
-    position = len(buffer.lines)  # where following picks up after the initial lines
-    if not follow:
-        body = b"".join(_format(ln, timestamps) for ln in lines)
-        return web.Response(body=body[:limit] if limit is not None else body, content_type="text/plain")
+    if not options.follow:
+        return web.Response(body=log_body(buffer, options), content_type="text/plain")
     response = web.StreamResponse(headers={"Content-Type": "text/plain"})
     response.enable_chunked_encoding()
     await response.prepare(request)
-    sent = 0
-
-    async def write(chunk: bytes) -> bool:
-        nonlocal sent
-        if limit is not None:
-            chunk = chunk[: max(0, limit - sent)]
-        if chunk:
-            await response.write(chunk)
-            sent += len(chunk)
-        return limit is None or sent < limit
-
-    async def flush() -> bool:
-        """Send what the container wrote since the last flush; False once limitBytes is reached."""
-        nonlocal position
-        while position < len(buffer.lines):
-            line = buffer.lines[position]
-            position += 1
-            if not await write(_format(line, timestamps)):
-                return False
-        return True
-
     try:
-        for line in lines:
-            if not await write(_format(line, timestamps)):
-                return response
-        while True:
-            if not await flush():
-                return response
-            # No await between the last flush and these checks, so no line can be missed.
-            if buffer.done or _stopped(store, namespace, name, uid, container):
-                break
-            changed = buffer.changed
-            # Wake on new output, or re-read the pod: no termination path may leave a follower hanging.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), _RECHECK_SECONDS)
+        await follow_log(
+            buffer, options, response.write, lambda: _stopped(store, namespace, name, uid, container)
+        )
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client stopped following
