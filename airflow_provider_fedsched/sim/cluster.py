@@ -69,7 +69,7 @@ class Cluster:
 
     # -- setup ---------------------------------------------------------------------------------------
     def _bootstrap(self) -> None:
-        for ns in ["default", "kube-system", "kube-public", "kube-node-lease", *self.config.namespaces]:
+        for ns in ["kube-system", "kube-public", "kube-node-lease", *self.config.all_namespaces]:
             if self.store.get("namespaces", "", ns) is None:
                 self.create_namespace(ns)
         for name, value in BUILTIN_PRIORITY_CLASSES.items():

@@ -93,14 +93,37 @@ class ClusterConfig(_Model):
     namespaces: list[str] = Field(
         default_factory=list, description="extra namespaces besides default/kube-system"
     )
+    namespace: str | None = Field(
+        None,
+        description="the namespace tasks run in on this member: the generated spec's and connection's "
+        "(created with the member); default: `default`",
+    )
     port: int = Field(0, ge=0, le=65535)
     token: str | None = None
+
+    @property
+    def task_namespace(self) -> str:
+        return self.namespace or "default"
+
+    @property
+    def all_namespaces(self) -> list[str]:
+        """Every namespace created with the member besides the system ones: default, the task
+        namespace, the extra ones and those with a quota."""
+        wanted = ["default", self.task_namespace, *self.namespaces, *self.quotas]
+        return list(dict.fromkeys(wanted))
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
         if not _DNS_LABEL.match(value) or len(value) > 40:
             raise ValueError(f"{value!r} must be a DNS label of at most 40 characters")
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _check_namespace(cls, value: str | None) -> str | None:
+        if value is not None and (not _DNS_LABEL.match(value) or len(value) > 63):
+            raise ValueError(f"{value!r} must be a namespace name (a DNS label of at most 63 characters)")
         return value
 
     @field_validator("quotas", mode="before")
@@ -228,6 +251,7 @@ def federation_spec(cfg: SimConfig) -> dict[str, Any]:
                 "labels": dict(c.labels),
                 "taints": [t.model_dump() for t in c.taints],
                 "prices": c.prices.model_dump(),
+                **({"namespace": c.namespace} if c.namespace else {}),
             }
             for c in cfg.clusters
         ],

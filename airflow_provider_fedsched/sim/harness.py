@@ -211,7 +211,14 @@ class SimFederation:
             "clusters": [{"name": n, "cluster": {"server": self.clusters[n].url}} for n in names],
             "users": [{"name": f"{n}-user", "user": {"token": self.clusters[n].token}} for n in names],
             "contexts": [
-                {"name": n, "context": {"cluster": n, "user": f"{n}-user", "namespace": "default"}}
+                {
+                    "name": n,
+                    "context": {
+                        "cluster": n,
+                        "user": f"{n}-user",
+                        "namespace": self.clusters[n].config.task_namespace,
+                    },
+                }
                 for n in names
             ],
         }
@@ -221,8 +228,9 @@ class SimFederation:
 
     def airflow_env(self) -> str:
         lines = []
-        for name in self.clusters:
-            extra = {"kube_config": json.dumps(self.kubeconfig(name)), "namespace": "default"}
+        for name, cluster in self.clusters.items():
+            namespace = cluster.config.task_namespace
+            extra = {"kube_config": json.dumps(self.kubeconfig(name)), "namespace": namespace}
             value = json.dumps({"conn_type": "kubernetes", "extra": extra})
             lines.append(f"AIRFLOW_CONN_{conn_id(name).upper()}='{value}'")
         return "\n".join(lines) + "\n"

@@ -225,7 +225,7 @@ class TestbedCluster:
             ],
         )
         core = client.CoreV1Api(api)
-        for ns in ["default", *self.config.namespaces]:
+        for ns in self.config.all_namespaces:
             self.ensure_namespace(ns)
         for ns, hard in self.config.quotas.items():
             self.set_quota(ns, hard)

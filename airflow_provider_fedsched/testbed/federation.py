@@ -146,7 +146,14 @@ class TestbedFederation:
             ],
             "users": [{"name": f"{n}-{user}", "user": {"token": token(n)}} for n in names],
             "contexts": [
-                {"name": n, "context": {"cluster": n, "user": f"{n}-{user}", "namespace": "default"}}
+                {
+                    "name": n,
+                    "context": {
+                        "cluster": n,
+                        "user": f"{n}-{user}",
+                        "namespace": self.clusters[n].config.task_namespace,
+                    },
+                }
                 for n in names
             ],
         }
@@ -157,8 +164,11 @@ class TestbedFederation:
     def airflow_env_vars(self) -> dict[str, str]:
         """One Airflow connection per member, with the provider's least-privilege identity."""
         out = {}
-        for name in self.clusters:
-            extra = {"kube_config": json.dumps(self.kubeconfig(name, provider=True)), "namespace": "default"}
+        for name, cluster in self.clusters.items():
+            extra = {
+                "kube_config": json.dumps(self.kubeconfig(name, provider=True)),
+                "namespace": cluster.config.task_namespace,
+            }
             out[f"AIRFLOW_CONN_{conn_id(name).upper()}"] = json.dumps(
                 {"conn_type": "kubernetes", "extra": extra}
             )

@@ -101,6 +101,27 @@ def test_generated_files(fed: SimFederation) -> None:
     assert len(gpu_nodes) == 4 and gpu_nodes[0]["spec"]["taints"][0]["key"] == "nvidia.com/gpu"
 
 
+def test_a_member_s_namespace_is_its_spec_s_connection_s_and_kubeconfig_s(tmp_path: Path) -> None:
+    config = {
+        "time_scale": 0.02,
+        "clusters": [
+            {"name": "quota-d", "namespace": "team-a", "quotas": {"team-a": {"cpu": "3"}}},
+            {"name": "plain"},
+        ],
+    }
+    with SimFederation(config, state_dir=tmp_path) as fed:
+        spec = yaml.safe_load((fed.state_dir / "federation.yaml").read_text())
+        assert [c.get("namespace") for c in spec["clusters"]] == ["team-a", None]
+        env = fed.airflow_env_vars()
+        extras = [json.loads(env[f"AIRFLOW_CONN_K8S_{n}"])["extra"] for n in ("QUOTA_D", "PLAIN")]
+        assert [e["namespace"] for e in extras] == ["team-a", "default"]
+        contexts = yaml.safe_load(fed.kubeconfig_path.read_text())["contexts"]
+        assert [c["context"]["namespace"] for c in contexts] == ["team-a", "default"]
+        assert fed["quota-d"].store.get("namespaces", "", "team-a") is not None
+    with pytest.raises(SimConfigError, match=r"clusters\[0\]\.namespace"):
+        parse_config({"clusters": [{"name": "a", "namespace": "Team_A"}]})
+
+
 def test_cli_up_fault_and_clean_stop(tmp_path: Path) -> None:
     state = tmp_path / "state"
     proc = subprocess.Popen(
