@@ -1,5 +1,6 @@
 """The house rules that code review alone does not keep: no import circle in the package, no module over
-500 lines, and ``federation/`` importing only the standard library, pydantic and PyYAML.
+500 lines, and ``federation/`` importing only the standard library, pydantic, PyYAML and numpy (the
+columnar snapshot index, imported lazily).
 
 The import graph is read from the source (``ast``), not by importing anything. Every ``import`` statement
 counts: at module level, inside a function (a lazy import still makes the two modules depend on each
@@ -37,7 +38,7 @@ KNOWN_LONG_MODULES: dict[str, str] = {}
 # Generated data may be long.
 GENERATED: frozenset[str] = frozenset()
 
-FEDERATION_ALLOWED = {"pydantic", "yaml"}
+FEDERATION_ALLOWED = {"pydantic", "yaml", "numpy"}
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ def test_no_module_over_500_lines() -> None:
     assert not gone, f"now within {MAX_LINES} lines: remove from KNOWN_LONG_MODULES: {gone}"
 
 
-def test_federation_imports_only_the_standard_library_pydantic_and_yaml() -> None:
+def test_federation_imports_only_the_standard_library_pydantic_yaml_and_numpy() -> None:
     known = modules()
     foreign = []
     for name, path in known.items():

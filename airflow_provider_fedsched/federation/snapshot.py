@@ -163,6 +163,9 @@ class ClusterIndex:
     """(the nodes a kind of request may use, the cluster's scoring strategy) -> the pods in flight
     charged one by one and the nodes' free amounts after them. Kept for the snapshot's life: the next
     decision charges only the pods sent since (the list it is given starts with the ones charged)."""
+    columns: object | None = None
+    """The nodes as arrays (:class:`~.columns.NodeColumns`), built on first use by the columnar index;
+    typed loosely so that this module does not import numpy."""
 
     def matching(self, position: int, selector: tuple[tuple[str, str], ...]) -> NodeGroup | NodeSelection:
         """The nodes of group ``position`` whose labels match ``selector`` (sorted label pairs); without a
