@@ -194,6 +194,7 @@ class FederationColumns:
         self.nonempty_starts = starts[self.nonempty]
         self.nodes = int(starts[-1])
         self.with_quota = [p for p, s in enumerate(snapshots) if s is not None and s.quota_headroom]
+        self.all_reachable = bool(self.reachable.all())
         resources = sorted({r for n in nodes if n is not None for r in n.free})
         self.free = {r: self._concatenate(nodes, r, True) for r in resources}
         self.allocatable = {r: self._concatenate(nodes, r, False) for r in resources}
@@ -336,11 +337,16 @@ def rounded(values: Floats, digits: int) -> list[float]:
     correctly rounded, so the result is Python's whenever the scaled value rounds to the integer the exact
     product does: when it is below 2^52 and further than two of its ulps from a half-integer.
     """
+    if len(values) < 64:  # fewer than this: a dozen array operations cost more than Python's round
+        return [round(value, digits) for value in values.tolist()]
     scale = 10.0**digits
-    scaled = values * scale
-    with np.errstate(invalid="ignore"):
-        distance = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5)
-        safe = (np.abs(scaled) < 2.0**52) & (distance > 2 * np.spacing(np.abs(scaled)))
+    with np.errstate(over="ignore"):  # beyond 1e299: inf, left to Python's round below
+        scaled = values * scale
+    finite = np.isfinite(scaled)
+    scaled_finite = np.where(finite, scaled, 0.0)
+    distance = np.abs(np.abs(scaled_finite - np.floor(scaled_finite)) - 0.5)
+    magnitude = np.abs(scaled_finite)
+    safe = finite & (magnitude < 2.0**52) & (distance > 2 * np.spacing(magnitude))
     result: list[float] = (np.rint(scaled) / scale).tolist()
     if not safe.all():
         originals: list[float] = values.tolist()
@@ -403,7 +409,7 @@ class Batch:
     def alive_positions(self, among: Bools | None = None) -> list[int]:
         """The positions still in the running (and set in ``among``), in the spec's order."""
         mask = self.alive if among is None else self.alive & among
-        positions: list[int] = np.flatnonzero(mask).tolist()
+        positions: list[int] = mask.nonzero()[0].tolist()
         return positions
 
     def view(self, position: int) -> ClusterView:

@@ -125,6 +125,8 @@ class ClusterTaints(FilterPlugin):
         return _cluster_taints(state.request.tolerations, tuple(cluster.spec.taints))
 
     def filter_all(self, state: CycleState, batch: Batch) -> list[tuple[int, Status]]:
+        if batch.spec.taint_sets == [()]:
+            return []  # no cluster has a taint
         verdicts = [_cluster_taints(state.request.tolerations, taints) for taints in batch.spec.taint_sets]
         return _by_id(state, batch, batch.spec.taint_ids, verdicts)
 
@@ -143,6 +145,8 @@ class ClusterLabels(FilterPlugin):
     def filter_all(self, state: CycleState, batch: Batch) -> list[tuple[int, Status]]:
         import numpy as np
 
+        if not state.request.cluster_selector:
+            return []
         mismatched = np.zeros(batch.spec.count, np.bool_)
         for key, value in state.request.cluster_selector.items():
             values, ids = batch.spec.label(key)
@@ -158,6 +162,8 @@ class Excluded(FilterPlugin):
         return SUCCESS if reason is None else unschedulable(f"excluded: {reason}")
 
     def filter_all(self, state: CycleState, batch: Batch) -> list[tuple[int, Status]]:
+        if not state.exclude:
+            return []
         named = batch.spec.among(state.exclude)
         return [(p, self.filter(state, batch.view(p))) for p in batch.alive_positions(named)]
 
@@ -173,6 +179,8 @@ class Reachable(FilterPlugin):
         return SUCCESS
 
     def filter_all(self, state: CycleState, batch: Batch) -> list[tuple[int, Status]]:
+        if batch.columns.all_reachable:
+            return []
         unreachable = ~batch.columns.reachable
         return [(p, self.filter(state, batch.view(p))) for p in batch.alive_positions(unreachable)]
 
@@ -224,6 +232,8 @@ class Cooldown(FilterPlugin):
         return _cooldown(state.cooldowns.get(cluster.spec.name), state.now)
 
     def filter_all(self, state: CycleState, batch: Batch) -> list[tuple[int, Status]]:
+        if not state.cooldowns:
+            return []
         verdicts = [
             (p, _cooldown(state.cooldowns.get(batch.spec.names[p]), state.now))
             for p in batch.alive_positions(batch.spec.among(state.cooldowns))

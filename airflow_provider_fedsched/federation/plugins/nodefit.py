@@ -12,7 +12,7 @@ has the whole request free; the reason counts nodes the way the kube-scheduler d
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -355,13 +355,31 @@ def _explain_columns(data: _NodeFitData, batch: Batch, positions: list[int], che
     for name, amount in data.items:
         column = amounts.get(name)
         count(f"Insufficient {name}", eligible if column is None else eligible & (column < amount))
-    ordered = [(reason, counts[reason].tolist()) for reason in sorted(counts)]
+    named = sorted(counts)
     totals: list[int] = columns.node_count[positions].tolist()
+    # Clusters alike (50 nodes, 50 lacking the GPU) share one text: written once per distinct count.
+    written: dict[tuple[int, ...], str] = {}
     reasons = []
-    for at, total in enumerate(totals):
-        details = ", ".join(f"{times[at]} {reason}" for reason, times in ordered if times[at])
-        reasons.append(f"0/{total} nodes fit: {details}" if details else f"0/{total} nodes fit")
+    for key in zip(totals, *(counts[reason].tolist() for reason in named), strict=True):
+        text = written.get(key)
+        if text is None:
+            details = ", ".join(
+                f"{times} {reason}" for reason, times in zip(named, key[1:], strict=True) if times
+            )
+            text = written[key] = f"0/{key[0]} nodes fit: {details}" if details else f"0/{key[0]} nodes fit"
+        reasons.append(text)
     return reasons
+
+
+def _verdicts(
+    positions: list[int], reasons: list[str], verdict: Callable[[str], Status]
+) -> list[tuple[int, Status]]:
+    """(position, verdict) per cluster; one status per distinct reason."""
+    made: dict[str, Status] = {}
+    return [
+        (position, made.get(reason) or made.setdefault(reason, verdict(reason)))
+        for position, reason in zip(positions, reasons, strict=True)
+    ]
 
 
 def _format_resources(resources: Iterable[tuple[str, int]]) -> str:
@@ -399,10 +417,9 @@ class Capacity(_NodeFitPoint):
             fit.ever = ever
         never = batch.alive_positions(asked & ~fit.ever)
         reasons = _explain_columns(data, batch, never, check_status=False)
-        return [
-            (position, unresolvable("no node could ever fit, even empty: " + reason))
-            for position, reason in zip(never, reasons, strict=True)
-        ]
+        return _verdicts(
+            never, reasons, lambda reason: unresolvable("no node could ever fit, even empty: " + reason)
+        )
 
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         index = cluster.index
@@ -445,7 +462,7 @@ class NodeFit(_NodeFitPoint):
                 out.append((position, status))
         busy = batch.alive_positions(columns.has_snapshot & ~batch.reserved & ~fit.now)
         reasons = _explain_columns(data, batch, busy, check_status=True)
-        out.extend((position, unschedulable(reason)) for position, reason in zip(busy, reasons, strict=True))
+        out.extend(_verdicts(busy, reasons, unschedulable))
         return out
 
 

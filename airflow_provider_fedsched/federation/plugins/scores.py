@@ -238,9 +238,10 @@ class Headroom(ScorePlugin):
         for name, amount in items:
             total = columns.total_allocatable[name][positions] if name in columns.total_allocatable else zeros
             free = columns.total_free[name][positions] if name in columns.total_free else zeros
-            empty |= total <= 0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                scarcest = np.minimum(scarcest, (free - amount) / total)
+            counted = total > 0
+            empty |= ~counted
+            ratio = np.divide(free - amount, total, out=np.ones(len(positions)), where=counted)
+            scarcest = np.minimum(scarcest, ratio)
         score = np.where(empty, 0.0, 100.0 * np.where(scarcest > 0.0, scarcest, 0.0))
         exact = columns.totals_exact[positions] & columns.has_snapshot[positions] & ~batch.reserved[positions]
         for at in np.flatnonzero(~exact).tolist():
