@@ -139,8 +139,8 @@ class FederationEngine:
     """Stateless apart from the spec: call :meth:`decide` as often as needed, from any thread."""
 
     def __init__(self, spec: FederationSpec, *, columnar: bool | None = None) -> None:
-        """``columnar``: decide over the columnar snapshot index (:mod:`federation.columns`); None: from
-        :data:`~federation.columns.COLUMNAR_MIN_CLUSTERS` member clusters on. Both give the same decisions."""
+        """``columnar``: decide over the columnar snapshot index (:mod:`federation.columns`); None: when the
+        request may use :data:`COLUMNAR_MIN_CLUSTERS` clusters or more. Both give the same decisions."""
         self.spec = spec
         self.fingerprint = spec_fingerprint(spec)
         # The spec's own policy's plugins, looked up once: most decisions use that policy.
@@ -243,7 +243,10 @@ class FederationEngine:
             filters = tuple(
                 p for p in filters if p.name not in plugins.skippers or not cast(Skips, p).skip(state)
             )
-        if self._columnar or (self._columnar is None and len(self.spec.clusters) >= COLUMNAR_MIN_CLUSTERS):
+        # By the clusters the request may use: a decision restricted to one (the ledger's check of a
+        # placement) is cheaper cluster by cluster, and leaves the index of the whole federation in place.
+        using = len(request.clusters) if request.clusters is not None else len(self.spec.clusters)
+        if self._columnar or (self._columnar is None and using >= COLUMNAR_MIN_CLUSTERS):
             return self._decide_columns(state, plugins, filters, snapshots, reservations, in_flight)
         passed, success, never = SUCCESS, Code.SUCCESS, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 
