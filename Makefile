@@ -35,7 +35,8 @@ test: lint typecheck pytest
 demo: install
 	$(PY) -m airflow_provider_fedsched.demo
 
-bench: install
+# About 10 minutes (docs/benchmarks.md); the throughput benchmark needs the soak's PostgreSQL driver.
+bench: install soak-install
 	$(PY) benchmarks/bench_engine.py
 	$(PY) benchmarks/bench_gang.py
 	$(PY) benchmarks/bench_sim.py
@@ -44,6 +45,7 @@ bench: install
 	$(PY) benchmarks/bench_plans.py
 	$(PY) benchmarks/bench_history_api.py
 	$(PY) benchmarks/bench_cli.py
+	$(SOAK_VENV)/bin/python benchmarks/bench_throughput.py
 
 # Real control planes (kube-apiserver, controller-manager, scheduler v1.36, etcd 3.6, kwok 0.8) built from
 # the Go module proxy into .testbed/bin, once per machine (docs/testbed.md).

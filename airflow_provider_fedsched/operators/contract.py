@@ -100,6 +100,8 @@ class Contract(EarlierTries):
 
         def _run_attempt(self, context: Any, attempt: Attempt) -> Any: ...
 
+        def _publish_attempt(self) -> None: ...
+
         def _place_and_run(self, context: Any) -> Any: ...
 
     # Where a try resumes -------------------------------------------------------------------------------
@@ -156,7 +158,10 @@ class Contract(EarlierTries):
             elif now - started >= self.schedule_timeout_seconds:
                 reason = f"not scheduled within {self.schedule_timeout_seconds}s"
                 raise Judged(ClusterFailure("insufficient", reason))
-            time.sleep(CONFIRM_INTERVAL)
+            began = time.monotonic()
+            self._publish_attempt()  # while the pod starts: it takes part of this wait, not more
+            time.sleep(max(0.0, CONFIRM_INTERVAL - (time.monotonic() - began)))
+        self._publish_attempt()
         KubernetesPodOperator.await_pod_start(self, pod)
         attempt = self._record.current
         if attempt is not None:

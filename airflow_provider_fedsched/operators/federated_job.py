@@ -201,6 +201,8 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         ti = context["ti"]
         ti.xcom_push(key="job_name", value=attempt.pod)
         ti.xcom_push(key="job_namespace", value=attempt.namespace)
+        self._unpublished = True
+        self._publish_attempt()
         self.log.info(
             "Job %s/%s created in %s: a gang of %d pod(s)",
             attempt.namespace,

@@ -138,6 +138,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         self._access: ClusterAccess  # set by use_cluster, with current_cluster
         self.placement: PlacementRecord | None = None
         self._records = records.RecordKeeper()
+        self._first_placement = False
+        self._unpublished = False
         self._watch = Watch(grace=0.0)
         self._context: Any = None
         self._created: bool | None = None
@@ -270,9 +272,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
                     return self._run_attempt(context, adopted)
                 except ClusterLeft:
                     continue
-            if not record.attempts:
-                tenant = self.task_request.tenant
-                records.note_placed(self.federation_hook, record, str(decision.cluster), tenant)
+            # The try's first placement is written down as a wait sample once a pod of it is created.
+            self._first_placement = self._first_placement or not record.attempts
             attempt = self._launch(context, decision)
             try:
                 return self._run_attempt(context, attempt)
@@ -355,7 +356,9 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             record.failover_seconds += (attempt.started_at - previous.failed_at).total_seconds()
         record.attempts.append(attempt)
         record.cluster, record.outcome, record.reason = cluster, "running", ""
-        self._save(context)  # before the create: a worker that dies right after it still finds the pod
+        # In the task's state before the create (a worker that dies right after it still finds the pod);
+        # published as the XCom while the pod starts (_publish_attempt), off the way to the pod.
+        self._records.save(context, record, publish=False)
         self.log.info(
             "Attempt %d: launching pod %s/%s in cluster %s (%s)%s",
             attempt.number,
@@ -430,7 +433,21 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             # The create may have landed: find out (waiting within the grace) rather than guess.
             self.pod_manager.read_pod(pod_request_obj)
         self._created = True
+        self._unpublished = True
         return pod_request_obj
+
+    def _publish_attempt(self) -> None:
+        """What the try publishes about a newly created pod's attempt, while the pod starts (in the wait
+        between two start-up checks, or before deferring): the record as the XCom, and, for the try's
+        first placement, how long it waited. Nothing of it is needed before the create."""
+        if not self._unpublished:
+            return
+        self._unpublished = False
+        self._save(self._context)
+        attempt = self._record.current
+        if self._first_placement and attempt is not None:
+            self._first_placement = False
+            records.note_placed(self.federation_hook, self._record, attempt.cluster, self.task_request.tenant)
 
     def find_pod(self, namespace: str, context: Any, *, exclude_checked: bool = True) -> k8s.V1Pod | None:
         """The attempt's pod by name (KubernetesPodOperator's label search would also match other tries)."""

@@ -7,10 +7,14 @@ plans, under ``fedsched/<federation>/plan/<dag_id>/<task_id>/<logical date>``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
+import json
 import os
 import time
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,8 +28,10 @@ from airflow_provider_fedsched.state.base import Store, mapping
 from airflow_provider_fedsched.state.cleanup import DeferredStore, OrphanStore
 from airflow_provider_fedsched.state.tenants import SpendStore, WaitingStore
 from airflow_provider_fedsched.validation.stored import (
+    MAX_STORED_BYTES,
     StoredCooldown,
     StoredReservation,
+    loads_bounded,
     parse_model,
     parse_snapshot,
     read_stored,
@@ -88,9 +94,10 @@ class SnapshotStore(Store):
             self._decoded[(self.prefix, snapshot.cluster)] = snapshot
         self.backend.set(f"{self.prefix}/snapshot-index", index)
         if self.embed:
-            bundle = _dict(self.backend.get(f"{self.prefix}/snapshot-bundle"))
+            key = f"{self.prefix}/snapshot-bundle"
+            bundle = read_stored(key, self.backend.get(key) or None, _unpacked) or {}
             bundle.update(documents)
-            self.backend.set(f"{self.prefix}/snapshot-bundle", bundle)
+            self.backend.set(key, _packed(bundle))
 
     def get(self, cluster: str) -> ClusterSnapshot | None:
         key = self._key("snapshot", cluster)
@@ -121,9 +128,8 @@ class SnapshotStore(Store):
             else:
                 outdated[name] = at
         bundle_key = f"{self.prefix}/snapshot-bundle"
-        bundle = self.backend.get(bundle_key) if outdated and self.embed else None
-        if not isinstance(bundle, dict):
-            bundle = None
+        stored = self.backend.get(bundle_key) if outdated and self.embed else None
+        bundle = read_stored(bundle_key, stored or None, _unpacked)
         for name, at in outdated.items():
             document = (bundle or {}).get(name)
             snapshot = read_stored(f"{bundle_key}[{name}]", document or None, parse_snapshot)
@@ -133,6 +139,30 @@ class SnapshotStore(Store):
                 self._decoded[(self.prefix, name)] = snapshot
                 result[name] = snapshot
         return result
+
+
+def _packed(bundle: Mapping[str, Any]) -> dict[str, str]:
+    """The bundle as stored: its JSON compressed (zlib, base64). Snapshots repeat the same names on every
+    node: 150 KB for 10 clusters of 50 nodes shrinks about tenfold, and a fresh worker reads it through
+    the Task SDK, which copies and scans every Variable it returns (some 80 ms for the 150 KB)."""
+    text = json.dumps(bundle, separators=(",", ":"), sort_keys=True).encode()
+    return {"zlib": base64.b64encode(zlib.compress(text, 6)).decode("ascii")}
+
+
+def _unpacked(stored: Any) -> dict[str, Any]:
+    """The bundle's documents from what is stored: the packed form, or a plain mapping (written before
+    the bundle was packed). Raises ``ValueError`` for anything else, or a document that unpacks to more
+    than :data:`MAX_STORED_BYTES`: the snapshots are then read from their own keys."""
+    if isinstance(stored, dict) and set(stored) == {"zlib"} and isinstance(stored["zlib"], str):
+        inflate = zlib.decompressobj()
+        try:
+            text = inflate.decompress(base64.b64decode(stored["zlib"], validate=True), MAX_STORED_BYTES + 1)
+        except (zlib.error, binascii.Error) as exc:
+            raise ValueError(f"not a packed snapshot bundle ({exc})") from None
+        if len(text) > MAX_STORED_BYTES or inflate.unconsumed_tail:
+            raise ValueError(f"a packed snapshot bundle unpacks to more than {MAX_STORED_BYTES:,} bytes")
+        stored = loads_bounded(text)
+    return dict(mapping(stored))  # a copy: backends may hand out the values they keep
 
 
 class QuotaLimitStore(Store):
