@@ -42,9 +42,12 @@ _PGREP = """#!/bin/sh
 echo "$PPID"
 """
 _CONTAINER_SHELL = """#!/bin/sh
-# The container's /airflow/xcom is the pod's directory, this session's working directory: the shell reads
-# its commands with that path put in (nothing is linked outside the test bed's state dir).
-sed -u "s#/airflow/xcom#$PWD#g" | /bin/sh "$@"
+# The container's /airflow/xcom is the pod's directory, this session's working directory: each command
+# line is run with that path put in (nothing is linked outside the test bed's state dir). One shell runs
+# them all, so that a kill of "this session's shell" ends the session, as in a container.
+while IFS= read -r line; do
+  eval "$(printf '%s\\n' "$line" | sed "s#/airflow/xcom#$PWD#g")"
+done
 """
 
 
