@@ -42,11 +42,16 @@ _PGREP = """#!/bin/sh
 echo "$PPID"
 """
 _CONTAINER_SHELL = """#!/bin/sh
-# The container's /airflow/xcom is the pod's directory, this session's working directory: each command
-# line is run with that path put in (nothing is linked outside the test bed's state dir). One shell runs
-# them all, so that a kill of "this session's shell" ends the session, as in a container.
+# The container's /airflow/xcom is the pod's directory, this session's working directory: every command
+# runs with that path put in (nothing is linked outside the test bed's state dir). `sh -c COMMAND` runs
+# it; an interactive session's lines are run by this one shell, so that a kill of "this session's shell"
+# ends the session, as in a container.
+inside() { printf '%s\\n' "$1" | sed "s#/airflow/xcom#$PWD#g"; }
+if [ "$1" = "-c" ]; then
+  exec /bin/sh -c "$(inside "$2")"
+fi
 while IFS= read -r line; do
-  eval "$(printf '%s\\n' "$line" | sed "s#/airflow/xcom#$PWD#g")"
+  eval "$(inside "$line")"
 done
 """
 

@@ -220,12 +220,15 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
 
     def logs(self, namespace: str, name: str, container: str = "base") -> list[str]:
         try:
-            text = self.core.read_namespaced_pod_log(name, namespace, container=container)
+            # The raw body: this client version gives a text/plain answer as the repr of its bytes.
+            response = self.core.read_namespaced_pod_log(
+                name, namespace, container=container, _preload_content=False
+            )
         except client.ApiException as exc:
             if exc.status in (400, 404):
                 return []
             raise
-        return str(text).splitlines()
+        return str(response.data.decode("utf-8", errors="replace")).splitlines()
 
     # -- request counts, from the audit log ------------------------------------------------------------
     def _audit_events(self) -> list[dict[str, Any]]:
