@@ -16,7 +16,12 @@ from urllib.parse import urlsplit
 from kubernetes import client
 
 from airflow_provider_fedsched.sim.handles import MemberHandle, wait_for
-from airflow_provider_fedsched.testbed.cluster import TestbedCluster, api_dict
+from airflow_provider_fedsched.testbed.cluster import (
+    PROVIDER_ACCOUNT,
+    PROVIDER_NAMESPACE,
+    TestbedCluster,
+    api_dict,
+)
 from airflow_provider_fedsched.testbed.stages import EVICT, MANAGED_LABEL
 
 _VERBS = {
@@ -64,11 +69,15 @@ class TestbedFaults:
         self._handle.core.patch_node(node, {"metadata": {"labels": {MANAGED_LABEL: "true"}}})
 
         def ready() -> bool:
+            # Ready and untainted again, as the simulator's node is at once: the node lifecycle controller
+            # lifts the not-ready taints a few seconds after the condition.
             found = self._handle.node(node) or {}
             conditions = found.get("status", {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not any(
+                t["key"].startswith("node.kubernetes.io/") for t in found.get("spec", {}).get("taints") or []
+            )
 
-        wait_for(ready, timeout, interval=0.2, message=f"node {node} ready")
+        wait_for(ready, timeout, interval=0.2, message=f"node {node} ready and untainted")
 
     def evict_pod(self, namespace: str, name: str, resource: str = "memory") -> None:
         self._handle.core.patch_namespaced_pod(
@@ -139,6 +148,11 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
             self.core.list_namespaced_pod(namespace) if namespace else self.core.list_pod_for_all_namespaces()
         )
         return [self._plain(p) for p in listed.items]
+
+    def jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        batch = client.BatchV1Api(self.api)
+        listed = batch.list_namespaced_job(namespace) if namespace else batch.list_job_for_all_namespaces()
+        return [self._plain(j) for j in listed.items]
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -247,6 +261,8 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
         for event in self._audit_events():
             if event.get("stage") not in ("ResponseComplete", "Panic"):
                 continue
+            if event.get("objectRef", {}).get("resource") == "leases":
+                continue  # the placement ledger's bookkeeping, which the simulator does not count either
             key = (
                 _VERBS.get(event.get("verb", ""), event.get("verb", "").upper()),
                 urlsplit(event.get("requestURI", "")).path,
@@ -264,6 +280,33 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
                 continue
             total += count
         return total
+
+    def audit_size(self) -> int:
+        """Where the audit log ends now: :meth:`provider_denials` reads from such a point."""
+        path = self.cluster.root / "logs" / "audit.log"
+        return path.stat().st_size if path.exists() else 0
+
+    def provider_denials(self, since: int = 0) -> list[str]:
+        """The provider identity's requests the API server refused (403) since byte ``since`` of the
+        audit log, as ``VERB URI``: what the shipped manifests do not grant but the provider asked for."""
+        user = f"system:serviceaccount:{PROVIDER_NAMESPACE}:{PROVIDER_ACCOUNT}"
+        path = self.cluster.root / "logs" / "audit.log"
+        try:
+            with path.open("rb") as fh:
+                fh.seek(since)
+                data = fh.read()
+        except OSError:
+            return []
+        denied = []
+        for line in data.decode(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            if event.get("stage") != "ResponseComplete" or event.get("user", {}).get("username") != user:
+                continue
+            if event.get("responseStatus", {}).get("code") == 403:
+                denied.append(f"{event.get('verb', '?')} {event.get('requestURI', '?')}")
+        return denied
 
     def reset_request_counts(self) -> None:
         path = self.cluster.root / "logs" / "audit.log"

@@ -130,3 +130,18 @@ def reset(handle: TestbedClusterHandle, timeout: float = 120.0) -> None:
         )
 
     wait_for(fresh, timeout, interval=0.2, message="the shared solo cluster back to a fresh state")
+
+
+@pytest.fixture(autouse=True)
+def only_what_the_manifests_grant(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test on the shared federations fails when the provider asked a member for something
+    deploy/rbac*.yaml do not grant (a 403 to the provider's identity in an API server's audit log)."""
+    federations = [
+        request.getfixturevalue(name) for name in ("testbed", "solo_testbed") if name in request.fixturenames
+    ]
+    handles = [handle for members in federations for handle in members]
+    marks = {id(handle): handle.audit_size() for handle in handles}
+    yield
+    denied = {handle.cluster.name: handle.provider_denials(since=marks[id(handle)]) for handle in handles}
+    denied = {name: requests for name, requests in denied.items() if requests}
+    assert not denied, f"the provider was refused what the shipped manifests should grant: {denied}"
