@@ -27,13 +27,13 @@ from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.federation.record import Attempt
 from airflow_provider_fedsched.federation.request import GangRole, TaskRequest
-from airflow_provider_fedsched.kube.failures import ClusterFailure, never_sent
+from airflow_provider_fedsched.kube.failures import ClusterFailure, classify, never_sent
 from airflow_provider_fedsched.kube.jobs import GangView, JobManager
 from airflow_provider_fedsched.kube.labels import TASK_LABEL, TRY_LABEL
 from airflow_provider_fedsched.kube.pods import unanswered
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError
-from airflow_provider_fedsched.operators.contract import ClusterLeft, Judged
+from airflow_provider_fedsched.operators.contract import ClusterLeft, Judged, short_error
 from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
 
@@ -195,9 +195,16 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         try:
             self.job_manager.create(job)
         except Exception as exc:
-            if never_sent(exc) or not unanswered(exc):
+            if not never_sent(exc) and unanswered(exc):
+                pass  # The create may have landed: the reads that follow find out (within the grace).
+            else:
+                # Refused (or never sent): no Job exists. The cluster's refusal (a quota) moves the gang
+                # on; any other ends the attempt and the try, its reservation released, never "running".
+                failure = classify([exc], None, server=self.pod_manager.server)
+                if failure is not None:
+                    raise Judged(failure) from exc
+                self._finish(context, attempt, "failed", f"job {attempt.pod} not created: {short_error(exc)}")
                 raise
-            # The create may have landed: the reads that follow find out (within the grace).
         ti = context["ti"]
         ti.xcom_push(key="job_name", value=attempt.pod)
         ti.xcom_push(key="job_namespace", value=attempt.namespace)

@@ -136,6 +136,9 @@ def reset(handle: TestbedClusterHandle, timeout: float = 120.0) -> None:
 def only_what_the_manifests_grant(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test on the shared federations fails when the provider asked a member for something
     deploy/rbac*.yaml do not grant (a 403 to the provider's identity in an API server's audit log)."""
+    if request.node.get_closest_marker("provider_refused"):
+        yield
+        return
     federations = [
         request.getfixturevalue(name) for name in ("testbed", "solo_testbed") if name in request.fixturenames
     ]
