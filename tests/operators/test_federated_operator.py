@@ -603,6 +603,25 @@ def test_a_request_above_every_hard_quota_is_impossible_not_a_wait(
     assert "hard quota" in record["reason"] and took < 120
 
 
+def test_a_member_whose_hard_quota_is_below_the_request_is_rejected_as_never_when_placed_elsewhere(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """Issue 25, finding 6: the task ran elsewhere, and its explanation said the member with the tiny
+    quota was "not now" (wait) although the request alone is above that namespace's hard limit."""
+    east = sim_federation["east-cpu"]
+    east.set_quota("etl", {"requests.cpu": "1"}, name="tiny")
+    try:
+        take_snapshot()
+        state, record, _ = run("fed_hard_quota")
+    finally:
+        east.set_quota("etl", {"requests.cpu": "1000"}, name="tiny")
+
+    assert state == "success" and record is not None and record["cluster"] != "east-cpu"
+    (rejection,) = [r for r in record["decisions"][0]["rejected"] if r["cluster"] == "east-cpu"]
+    assert rejection["plugin"] == "Quota" and rejection["permanent"] is True
+    assert "above the namespace's hard quota for cpu: it can never fit" in rejection["reason"]
+
+
 def test_a_broken_member_is_skipped_with_its_reason_while_healthy_ones_serve(
     sim_federation: SimFederation, federation: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
