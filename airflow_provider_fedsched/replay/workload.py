@@ -79,6 +79,8 @@ class Task:
     datasets: tuple[str, ...] = ()
     pinned: bool = False
     """Runs on its home cluster under every policy (an online service that belongs to that cluster)."""
+    phase: str = "Succeeded"
+    """How the pod ended (the trace's ``pod_phase``): a failed try also held its resources while it ran."""
 
     @property
     def online(self) -> bool:
@@ -210,6 +212,7 @@ def read_pods(path: str | Path) -> list[Task]:
                 qos=qos,
                 home=(row.get("cluster") or "").strip() or None,
                 datasets=datasets,
+                phase=(row.get("pod_phase") or "").strip() or "Succeeded",
             )
         )
     if not tasks:
@@ -239,7 +242,7 @@ def write_pods(path: str | Path, tasks: Iterable[Task]) -> None:
                     per_gpu,
                     task.gpu_spec,
                     task.qos,
-                    "Succeeded",
+                    task.phase,
                     start,
                     start + round(task.run),
                     start,
