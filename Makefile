@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck pytest demo bench clean soak soak-ci soak-install testbed conformance
+.PHONY: install test lint typecheck pytest demo demo-real bench clean soak soak-ci soak-install testbed conformance
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet 'uv>=0.13.9'
@@ -34,6 +34,11 @@ test: lint typecheck pytest
 
 demo: install
 	$(PY) -m airflow_provider_fedsched.demo
+
+# The demo DAG on the test bed's real control planes, run by a multi-process Airflow (docs/testbed.md);
+# KEEP=1 leaves the Airflow UI up until Ctrl-C.
+demo-real: install testbed
+	$(PY) -m airflow_provider_fedsched.testbed.demo
 
 bench: install
 	$(PY) benchmarks/bench_engine.py
