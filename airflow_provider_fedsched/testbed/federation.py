@@ -252,9 +252,6 @@ class TestbedFederation:
         state = {
             "kubernetes": binaries.KUBERNETES_VERSION,
             "time_scale": self.config.time_scale,
-            # The process that runs the pod agents and node endpoints (and, under `fedsched testbed up`,
-            # the control socket): stopping it stops the test bed.
-            "owner": owner(self.state_dir),
             "clusters": {
                 n: {
                     "url": c.url,
