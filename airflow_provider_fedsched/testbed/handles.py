@@ -9,6 +9,7 @@ server's audit log.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,8 +47,37 @@ class TestbedFaults:
     def down(self) -> None:
         self._cluster.stop_apiserver()
 
-    def up(self) -> None:
+    def up(self, timeout: float = 120.0) -> None:
+        """The API server again; returns once the cluster schedules pods again, as the simulator's does at
+        once: after an API server restart kube-scheduler's watches come back only after their backoff
+        (seconds), and a pod created meanwhile stays Pending."""
         self._cluster.start_apiserver()
+        self._probe_scheduling(timeout)
+
+    def _probe_scheduling(self, timeout: float) -> None:
+        core = self._handle.core
+        name = f"fedsched-probe-{uuid.uuid4().hex[:8]}"
+        core.create_namespaced_pod(
+            "kube-system",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "containers": [
+                        {"name": "probe", "image": "probe", "resources": {"requests": {"cpu": "1m"}}}
+                    ],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            },
+        )
+        try:
+
+            def bound() -> bool:
+                pod = self._handle.pod("kube-system", name) or {}
+                return bool((pod.get("spec") or {}).get("nodeName"))
+
+            wait_for(bound, timeout, interval=0.2, message=f"{self._cluster.name} scheduling pods again")
+        finally:
+            core.delete_namespaced_pod(name, "kube-system", grace_period_seconds=0)
 
     def node_not_ready(self, node: str, timeout: float = 60.0) -> None:
         """kwok stops playing this node's kubelet (no lease renewals, no pod updates); returns once the
@@ -286,9 +316,10 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
         path = self.cluster.root / "logs" / "audit.log"
         return path.stat().st_size if path.exists() else 0
 
-    def provider_denials(self, since: int = 0) -> list[str]:
+    def provider_denials(self, since: int = 0) -> list[dict[str, str]]:
         """The provider identity's requests the API server refused (403) since byte ``since`` of the
-        audit log, as ``VERB URI``: what the shipped manifests do not grant but the provider asked for."""
+        audit log: ``verb``, ``uri``, and what was asked (``group``, ``resource`` with its subresource,
+        ``namespace``; empty when cluster-wide)."""
         user = f"system:serviceaccount:{PROVIDER_NAMESPACE}:{PROVIDER_ACCOUNT}"
         path = self.cluster.root / "logs" / "audit.log"
         try:
@@ -304,8 +335,19 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
             event = json.loads(line)
             if event.get("stage") != "ResponseComplete" or event.get("user", {}).get("username") != user:
                 continue
-            if event.get("responseStatus", {}).get("code") == 403:
-                denied.append(f"{event.get('verb', '?')} {event.get('requestURI', '?')}")
+            if event.get("responseStatus", {}).get("code") != 403:
+                continue
+            ref = event.get("objectRef") or {}
+            resource = ref.get("resource", "")
+            denied.append(
+                {
+                    "verb": event.get("verb", ""),
+                    "uri": event.get("requestURI", ""),
+                    "group": ref.get("apiGroup", ""),
+                    "resource": f"{resource}/{ref['subresource']}" if ref.get("subresource") else resource,
+                    "namespace": ref.get("namespace", ""),
+                }
+            )
         return denied
 
     def reset_request_counts(self) -> None:
