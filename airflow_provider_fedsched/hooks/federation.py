@@ -31,6 +31,7 @@ from airflow_provider_fedsched.hooks.parts import FederationView
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
+    MissingConnection,
     access_from_extras,
     access_from_kubeconfig_file,
 )
@@ -472,7 +473,7 @@ def _access_from_connection(cluster: str, conn_id: str, namespace: str | None) -
     try:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        raise ClusterAccessError(cluster, conn_id, "connection does not exist") from None
+        raise MissingConnection(cluster, conn_id) from None
     except Exception as exc:  # the secrets backend's own failure: name it, never dump the connection
         raise ClusterAccessError(
             cluster, conn_id, f"connection cannot be read ({type(exc).__name__})"
