@@ -26,14 +26,14 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
 from airflow_provider_fedsched.federation._errors import SpecError
 from airflow_provider_fedsched.federation.limits import CONFIG_LIMITS, DocumentLimits
 
-__all__ = ["load_document", "parse_yaml", "read_text_file"]
+__all__ = ["load_document", "open_regular_file", "parse_yaml", "read_text_file"]
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TAG = "tag:yaml.org,2002:"
@@ -60,32 +60,54 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
+def _check_regular(info: os.stat_result, path: Path, what: str, max_bytes: int) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecError(
+            f"{what} file '{path}' is a {_kind(info.st_mode)}, not a regular file: only regular "
+            "files are read"
+        )
+    if info.st_size > max_bytes:
+        raise SpecError(_too_big(what, path, info.st_size, max_bytes))
+
+
+def open_regular_file(path: str | Path, what: str, max_bytes: int) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file of at most ``max_bytes``; else :class:`SpecError`.
+
+    Checked before opening (``stat`` never blocks, unlike opening a FIFO, and opening some devices acts),
+    and again on what was opened, without blocking, in case the path was swapped in between. Read at most
+    ``max_bytes + 1`` from it: a regular file can still grow."""
+    path = Path(path)
+    try:
+        _check_regular(os.stat(path), path, what, max_bytes)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            _check_regular(os.fstat(descriptor), path, what, max_bytes)
+            return os.fdopen(descriptor, "rb")
+        except BaseException:
+            os.close(descriptor)
+            raise
+    except OSError as exc:
+        raise SpecError(f"cannot read {what} file '{path}': {exc.strerror or exc}") from None
+
+
 def read_text_file(path: str | Path, what: str, limits: DocumentLimits = CONFIG_LIMITS) -> str:
     """The UTF-8 text of a regular file of at most ``limits.max_bytes``; else :class:`SpecError`."""
     path = Path(path)
-    try:
-        info = os.stat(path)  # stat never blocks, unlike opening a FIFO
-        if not stat.S_ISREG(info.st_mode):
-            raise SpecError(
-                f"{what} file '{path}' is a {_kind(info.st_mode)}, not a regular file: only regular "
-                "files are read"
-            )
-        if info.st_size > limits.max_bytes:
-            raise SpecError(_too_big(what, path, info.st_size, limits))
-        with open(path, "rb") as handle:
+    with open_regular_file(path, what, limits.max_bytes) as handle:
+        try:
             data = handle.read(limits.max_bytes + 1)
-    except OSError as exc:
-        raise SpecError(f"cannot read {what} file '{path}': {exc.strerror or exc}") from None
-    if len(data) > limits.max_bytes:  # it grew since stat()
-        raise SpecError(_too_big(what, path, len(data), limits))
+        except OSError as exc:
+            raise SpecError(f"cannot read {what} file '{path}': {exc.strerror or exc}") from None
+    if len(data) > limits.max_bytes:  # it grew since it was opened
+        raise SpecError(_too_big(what, path, len(data), limits.max_bytes))
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise SpecError(f"{what} file '{path}' is not UTF-8 text (byte {exc.start})") from None
 
 
-def _too_big(what: str, path: Path, size: int, limits: DocumentLimits) -> str:
-    return f"{what} file '{path}' is {size:,} bytes, more than the {limits.max_bytes:,} allowed"
+def _too_big(what: str, path: Path, size: int, max_bytes: int) -> str:
+    return f"{what} file '{path}' is {size:,} bytes, more than the {max_bytes:,} allowed"
 
 
 class _Merge:
