@@ -284,7 +284,7 @@ class _Builder:
             if tag in _AS_TEXT:
                 tag = _STR
         if tag not in _SCALAR_TAGS:
-            raise self.error(self._child_path(), f"unsupported YAML tag {tag}", event.start_mark)
+            raise self.error(self._child_path(), f"unsupported YAML tag {_short(tag)}", event.start_mark)
         value: Any = text
         if tag != _STR:
             try:
@@ -315,7 +315,9 @@ class _Builder:
 
     def _open(self, event: Any, value: Any) -> None:
         if event.tag not in (_MAPPING_TAGS if isinstance(value, dict) else _SEQUENCE_TAGS):
-            raise self.error(self._child_path(), f"unsupported YAML tag {event.tag}", event.start_mark)
+            raise self.error(
+                self._child_path(), f"unsupported YAML tag {_short(event.tag)}", event.start_mark
+            )
         parent = self.stack[-1] if self.stack else None
         if parent is not None and isinstance(parent.value, dict) and parent.key is _NO_KEY:
             raise self.error(parent.path, "a mapping key that is a list or a mapping", event.start_mark)
@@ -388,6 +390,10 @@ class _Builder:
             )
         parent.merges.extend(sources)
         parent.key = _NO_KEY
+
+
+def _short(tag: str) -> str:
+    return "!!" + tag.removeprefix(_TAG) if tag.startswith(_TAG) else _key_text(tag)
 
 
 def _at(mark: Any) -> str:
