@@ -104,7 +104,7 @@ SPEC_LIMITS = DocumentLimits(
 """A federation spec: 8 MiB (a 10,000-cluster spec is about 3 MiB)."""
 SNAPSHOT_LIMITS = DocumentLimits(
     max_bytes=64 * 2**20,
-    max_nodes=16_000_000,
+    max_nodes=4_000_000,
     max_items=(("clusters", MAX_CLUSTERS), ("clusters[].nodes", MAX_NODES_PER_CLUSTER)),
 )
 """A snapshot file: 64 MiB (50,000 nodes with their labels are about 20 MiB)."""

@@ -62,7 +62,7 @@ QOS_CLASSES = ("LS", "Burstable", "Guaranteed", "BE")
 MAX_CSV_BYTES = 128 * 2**20
 """A nodes or pods file (the Alibaba trace's largest pod list is 0.6 MB)."""
 MAX_NODE_ROWS = 100_000
-MAX_POD_ROWS = 1_000_000
+MAX_POD_ROWS = 500_000
 MAX_TASKS = 1_000_000
 """Pods of the replay once ``--copies`` has repeated the list."""
 MAX_COPIES = 1_000
