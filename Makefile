@@ -49,6 +49,7 @@ bench: install
 	$(PY) benchmarks/bench_plans.py
 	$(PY) benchmarks/bench_history_api.py
 	$(PY) benchmarks/bench_cli.py
+	$(PY) benchmarks/bench_input_limits.py
 
 # Real control planes (kube-apiserver, controller-manager, scheduler v1.36, etcd 3.6, kwok 0.8) built from
 # the Go module proxy into .testbed/bin, once per machine (docs/testbed.md).

@@ -24,6 +24,7 @@ from airflow_provider_fedsched.federation.limits import (
     MAX_CLUSTERS,
     MAX_DATASETS,
     MAX_SECONDS,
+    MAX_TENANTS,
     MAX_WEIGHT,
     SPEC_LIMITS,
     Price,
@@ -283,7 +284,7 @@ class FederationSpec(_Model):
     policy: PolicySpec = Field(default_factory=PolicySpec)
     regions: Annotated[list[Region], Field(max_length=MAX_CLUSTERS)] = Field(default_factory=list)
     """Extra known regions (with no member cluster yet) that ``allowed_regions`` may name."""
-    tenants: list[TenantSpec] = Field(default_factory=list)
+    tenants: Annotated[list[TenantSpec], Field(max_length=MAX_TENANTS)] = Field(default_factory=list)
     """The teams sharing the federation: quotas, fair-share weights, budgets (``docs/tenants.md``)."""
     tenant_mapping: TenantMapping = Field(default_factory=TenantMapping)
     """The tenant of a task that names none, by its owner or its DAG's tags."""
@@ -454,7 +455,7 @@ def load_spec(source: str | Path | Mapping[str, Any]) -> FederationSpec:
 
 def _check_sizes(document: Mapping[str, Any]) -> None:
     """Refuse oversized lists before validating any item (654,000 clusters would cost gigabytes)."""
-    for key, limit in (("clusters", MAX_CLUSTERS), ("datasets", MAX_DATASETS), ("regions", MAX_CLUSTERS)):
+    for key, limit in SPEC_LIMITS.max_items:
         items = document.get(key)
         if isinstance(items, list) and len(items) > limit:
             raise SpecError(f"{key}: {len(items):,} entries, more than the {limit:,} allowed")
