@@ -30,6 +30,12 @@ LOG_READ_TIMEOUT = 60.0
 T = TypeVar("T")
 
 CONFIRM_INTERVAL = 0.5
+STOP_GRACE_SECONDS = 1
+"""The grace period of the deletions that must be confirmed (a pod left behind, fenced, or of an earlier
+try). Not 0: a delete with no grace period removes the pod from the API at once (a force deletion) while
+its container may still run on its node, for ever on a node that is NotReady; with a grace period, the
+pod stays (terminating) until its kubelet says the container stopped, so a 404 proves it. An unbound pod
+is removed at once either way, and a kubelet never starts a terminating pod."""
 """Seconds between reads while confirming a deletion or watching a pod start."""
 
 
@@ -455,15 +461,17 @@ class FederatedPodManager(PodManager):
             raise PodNotDeleted(self.cluster, namespace, name, self.reason(cause)) from exc
 
     def remove(self, namespace: str, name: str, *, within: float) -> bool:
-        """Delete the pod (no grace period: it must never start later) and confirm it is gone within
-        ``within`` seconds; True once confirmed (a 404 counts)."""
+        """Delete the pod and confirm it is gone within ``within`` seconds; True once confirmed (a 404
+        counts: its kubelet stopped it, :data:`STOP_GRACE_SECONDS`)."""
         deadline = time.monotonic() + within
         deleted = False
         self.removed.add((namespace, name))
         while True:
             try:
                 if not deleted:
-                    self._client.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                    self._client.delete_namespaced_pod(
+                        name, namespace, grace_period_seconds=STOP_GRACE_SECONDS
+                    )
                     deleted = True
                 self._client.read_namespaced_pod(name, namespace)
             except Exception as exc:
@@ -537,7 +545,7 @@ async def aremove(api: Any, namespace: str, name: str, *, within: float) -> bool
     while True:
         try:
             if not deleted:
-                await api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                await api.delete_namespaced_pod(name, namespace, grace_period_seconds=STOP_GRACE_SECONDS)
                 deleted = True
             await api.read_namespaced_pod(name, namespace)
         except Exception as exc:

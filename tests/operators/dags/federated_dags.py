@@ -165,6 +165,18 @@ federated_dag(
 )
 
 
+# Its pod's node goes NotReady past the grace: try 1 is lost; try 2 must not start a second copy while
+# that pod may still run there (test_contract.py).
+federated_dag(
+    "fed_node_lost",
+    clusters=["east-cpu", "west-general"],
+    unreachable_grace=3,
+    retries=1,
+    retry_delay=timedelta(seconds=1),
+    annotations=sim(duration=600),
+)
+
+
 class _LooksForEarlierOperator(FederatedKubernetesOperator):
     def _adopt_earlier(self, context: Any) -> Any:
         from tests.operators import outage_trigger
