@@ -11,7 +11,6 @@ import pytest
 
 from tests.operators.test_contract import (  # noqa: F401 - collected here, against the test bed
     creates,
-    test_a_pod_on_a_node_that_stopped_answering_is_never_run_a_second_time,
     test_a_preemptible_task_moves_at_once_and_fences_its_old_pod,
     test_outage_longer_than_the_grace_fails_the_try_and_never_runs_the_work_twice,
     test_outage_while_running_shorter_than_the_grace_reattaches,
