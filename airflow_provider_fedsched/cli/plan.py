@@ -26,6 +26,7 @@ from airflow_provider_fedsched.cli._common import (
     parse_duration,
     print_json,
     regular_file,
+    require_airflow_database,
 )
 
 MAX_RUNS = 10_000
@@ -82,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
         # Airflow logs every DAG file it parses; the command reports what was not planned itself. Set
         # before Airflow is first imported (it reads its configuration once); an explicit level wins.
         os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "CRITICAL")
+    if not (args.dry_run and args.federation is not None):
+        # Plans are stored in Airflow Variables, and each task's own federation reads its snapshots there.
+        require_airflow_database(
+            "variable", instead="or try --dry-run --federation FILE, which stores nothing"
+        )
     from airflow_provider_fedsched.plans.planner import run_planner
     from airflow_provider_fedsched.render import plan_table
 
