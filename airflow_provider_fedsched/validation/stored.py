@@ -136,9 +136,13 @@ class _Stored(BaseModel):
 
 
 def _bounded_time(value: Any, field: str) -> datetime:
-    if isinstance(value, datetime):
-        return check_time(value, field).astimezone(UTC)
-    return stored_time(value, field)
+    """For a model's field validator: pydantic names the field, so the message does not again."""
+    try:
+        if isinstance(value, datetime):
+            return check_time(value, field).astimezone(UTC)
+        return stored_time(value, field)
+    except SpecError as exc:
+        raise ValueError(str(exc).removeprefix(f"{field}: ")) from None
 
 
 class StoredCooldown(_Stored):

@@ -215,6 +215,8 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("--cpu negative", [*PLACE, "--cpu", "-1"], "--cpu"),
     ("--memory 5000 digits", [*PLACE, "--memory", "9" * 5000], "--memory"),
     ("--resource no value", [*PLACE, "--resource", "example.com/fpga"], "--resource"),
+    ("--resource gpu=-1", [*PLACE, "--resource", "nvidia.com/gpu=-1"], "--resource: "),
+    ("--gpu -1", [*PLACE, "--gpu", "-1"], "--gpu: "),
     (
         "--federation /dev/zero",
         ["place", "--federation", "/dev/zero", "--snapshots", "{snap}"],
