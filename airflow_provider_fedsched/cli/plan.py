@@ -73,8 +73,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--runs: must be at least 1 (got {args.runs})")
     if args.fallbacks < 0:
         raise UsageError(f"--fallbacks: must not be negative (got {args.fallbacks})")
-    if args.dags_folder is not None and not Path(args.dags_folder).exists():
-        raise UsageError(f"--dags-folder {args.dags_folder}: no such file or directory")
+    if args.dags_folder is not None:
+        folder = Path(args.dags_folder)
+        if not folder.exists():
+            raise UsageError(f"--dags-folder {args.dags_folder}: no such file or directory")
+        if not (folder.is_dir() or folder.is_file()):  # /dev/zero, a FIFO: nothing Airflow can parse
+            raise UsageError(f"--dags-folder {args.dags_folder}: not a directory nor a regular file")
     if args.kubeconfig is not None:
         regular_file(args.kubeconfig, "--kubeconfig")
     if args.kubeconfig is not None and args.federation is None:

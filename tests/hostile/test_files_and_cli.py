@@ -293,6 +293,11 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ["plan", "--federation", "{spec}", "--valid-for", "inf", "--dry-run"],
         "--valid-for",
     ),
+    (
+        "plan --dags-folder /dev/zero",
+        ["plan", "--federation", "{spec}", "--dags-folder", "/dev/zero", "--dry-run"],
+        "--dags-folder",
+    ),
     ("plan --runs 0", ["plan", "--federation", "{spec}", "--runs", "0", "--dry-run"], "--runs"),
     ("plan --runs 1e20", ["plan", "--federation", "{spec}", "--runs", "1e20", "--dry-run"], "--runs"),
     (
