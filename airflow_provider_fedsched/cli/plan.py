@@ -87,25 +87,29 @@ def run(args: argparse.Namespace) -> int:
         # Airflow logs every DAG file it parses; the command reports what was not planned itself. Set
         # before Airflow is first imported (it reads its configuration once); an explicit level wins.
         os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "CRITICAL")
-    if not (args.dry_run and args.federation is not None):
-        # Plans are stored in Airflow Variables, and each task's own federation reads its snapshots there.
-        require_airflow_database(
-            "variable", instead="or try --dry-run --federation FILE, which stores nothing"
-        )
+    if not args.dry_run:  # plans are stored in Airflow Variables
+        require_airflow_database("variable", instead="or try --dry-run, which stores nothing")
+    from sqlalchemy.exc import SQLAlchemyError
+
     from airflow_provider_fedsched.plans.planner import run_planner
     from airflow_provider_fedsched.render import plan_table
 
     # Airflow logs to stdout while it parses DAGs; keep stdout for the table or the JSON document.
     with contextlib.redirect_stdout(sys.stderr):
-        planned, errors = run_planner(
-            dags_folder=args.dags_folder,
-            hook=_hook(args),
-            horizon=horizon,
-            runs_per_dag=args.runs,
-            valid_for=valid_for,
-            fallbacks=args.fallbacks,
-            dry_run=args.dry_run,
-        )
+        try:
+            planned, errors = run_planner(
+                dags_folder=args.dags_folder,
+                hook=_hook(args),
+                horizon=horizon,
+                runs_per_dag=args.runs,
+                valid_for=valid_for,
+                fallbacks=args.fallbacks,
+                dry_run=args.dry_run,
+            )
+        except SQLAlchemyError:
+            # A dry run reads Variables only for a task with its own federation: say why in one line.
+            require_airflow_database("variable", instead="or give --federation FILE with --dry-run")
+            raise
     for path, error in sorted(errors.items()):
         last = error.strip().splitlines()[-1] if error.strip() else "import error"
         print(f"fedsched plan: warning: {path} was not planned: {last}", file=sys.stderr)
