@@ -163,9 +163,8 @@ string is malformed (``True`` is not one millicore)."""
 MAX_STORED_AMOUNT = 1e18
 """A stored charge's cost or egress GB: a bound no real attempt reaches that keeps any sum of stored charges
 a finite float (two charges of 1e308 would add up to infinity)."""
-Money = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_STORED_AMOUNT, allow_inf_nan=False)]
+Charged = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_STORED_AMOUNT, allow_inf_nan=False)]
 Text = Annotated[str, Field(max_length=253)]
-LongText = Annotated[str, Field(max_length=4096)]
 
 
 class StoredReservation(_Stored):
@@ -219,8 +218,8 @@ class StoredCharge(_Stored):
 
     at: datetime
     tenant: Text | None = None
-    cost: Money = 0.0
-    egress_gb: Money = 0.0
+    cost: Charged = 0.0
+    egress_gb: Charged = 0.0
     dag_id: Text | None = None
     task_id: Text | None = None
     run_id: Text | None = None
