@@ -56,6 +56,7 @@ __all__ = [
     "print_json",
     "print_state_files",
     "regular_file",
+    "require_airflow_database",
     "silence_stdout",
     "until_signalled",
 ]
@@ -200,6 +201,43 @@ def key_value(text: str, option: str, separator: str = "=") -> tuple[str, str]:
     if not found or not key.strip():
         raise UsageError(f"{option}: '{text}' is not of the form key{separator}value")
     return key.strip(), value.strip()
+
+
+def require_airflow_database(*tables: str, instead: str = "") -> None:
+    """A :class:`UsageError` in one line when Airflow's metadata database cannot be reached or lacks
+    ``tables`` (before ``airflow db migrate``): the verbs that read the deployment's shared state or its
+    XComs check this first, instead of failing with a database traceback. The connection URL is never
+    printed (it may hold a password). ``instead``: what the verb can do without the database."""
+    from sqlalchemy import inspect
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:  # importing Airflow builds its database engine: a missing driver fails here
+        from airflow import settings
+        from airflow.models.base import SQL_ALCHEMY_SCHEMA
+    except ImportError as exc:
+        raise UsageError(
+            f"Airflow's metadata database cannot be used: {_short(str(exc), 120)} (the database driver of "
+            "[database] sql_alchemy_conn is not installed)"
+        ) from None
+    schema = SQL_ALCHEMY_SCHEMA if SQL_ALCHEMY_SCHEMA and not SQL_ALCHEMY_SCHEMA.isspace() else None
+    engine = settings.engine
+    try:
+        if engine is None:
+            raise SQLAlchemyError("Airflow's database engine is not configured")
+        with engine.connect() as connection:
+            found = inspect(connection)
+            missing = [table for table in tables if not found.has_table(table, schema=schema)]
+    except SQLAlchemyError as exc:
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        raise UsageError(
+            "the Airflow metadata database cannot be reached "
+            f"({_short(cause[0] if cause else type(exc).__name__, 120)}); check [database] sql_alchemy_conn"
+        ) from None
+    if missing:
+        raise UsageError(
+            f"the Airflow metadata database has no {', '.join(missing)} table yet: run `airflow db migrate` "
+            f"first{f' ({instead})' if instead else ''}"
+        )
 
 
 def load_federation(path: str) -> FederationSpec:

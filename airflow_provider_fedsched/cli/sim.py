@@ -52,12 +52,14 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from airflow_provider_fedsched.sim.harness import SimFederation
+    from airflow_provider_fedsched.sim.harness import SimFederation, SimStateDirInUse
 
     config = load_sim_config(args)
     with until_signalled() as stop:
         try:
             fed = SimFederation(config, state_dir=args.state_dir, time_scale=args.time_scale).start()
+        except SimStateDirInUse as exc:
+            raise UsageError(f"--state-dir {exc}") from None
         except SimPortInUse as exc:
             raise UsageError(str(exc)) from None
         try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from airflow_provider_fedsched.federation._errors import SpecError
 
@@ -35,6 +35,7 @@ __all__ = [
     "MAX_SIZE_GB",
     "MAX_TENANTS",
     "MAX_WEIGHT",
+    "NOT_BOOL",
     "SNAPSHOT_LIMITS",
     "SPEC_LIMITS",
     "DocumentLimits",
@@ -73,9 +74,20 @@ MAX_PRICE = 1e9
 MAX_SIZE_GB = 1e12
 """A dataset's size: a zettabyte."""
 
-Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
-Price = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
-SizeGb = Annotated[float, Field(ge=0, le=MAX_SIZE_GB, allow_inf_nan=False)]
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got the boolean {value} (write 1 or 0 if that is meant)")
+    return value
+
+
+NOT_BOOL = BeforeValidator(_not_bool)
+"""For every numeric pydantic field: a boolean is refused, never read as 1 or 0 (``max_cost: true`` is a
+typo, not a budget of 1)."""
+
+Seconds = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Price = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
+SizeGb = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_SIZE_GB, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, slots=True)

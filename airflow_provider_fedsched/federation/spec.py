@@ -26,6 +26,7 @@ from airflow_provider_fedsched.federation.limits import (
     MAX_SECONDS,
     MAX_TENANTS,
     MAX_WEIGHT,
+    NOT_BOOL,
     SPEC_LIMITS,
     Price,
     Seconds,
@@ -54,7 +55,7 @@ __all__ = [
     "spec_fingerprint",
 ]
 
-Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)]
+Weight = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)]
 QueueOrder = Literal["arrival", "longest-first"]
 """How tasks waiting at the federation are ordered when capacity frees up (:mod:`federation.queue`)."""
 NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -232,7 +233,7 @@ class Weights(_Model):
 
 class PolicySpec(_Model):
     weights: Weights = Field(default_factory=Weights)
-    snapshot_ttl_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)] = 15.0
+    snapshot_ttl_seconds: Annotated[float, NOT_BOOL, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)] = 15.0
     cooldown_seconds: Seconds = 120.0
     queue_order: QueueOrder = "longest-first"
     """Which waiting task is decided first when capacity frees up (:mod:`federation.queue`)."""

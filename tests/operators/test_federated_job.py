@@ -141,7 +141,7 @@ def test_bad_parallelism_fails_at_the_start_naming_the_argument(
     state, _ = run("gang_bad_parallelism")
 
     assert state == "failed"
-    assert "parallelism must be a whole number of pods, at least 1 (got 0)" in capfd.readouterr().out
+    assert "parallelism: 0 is outside 1..100000" in capfd.readouterr().out
     assert left_behind(sim_federation, "gang_bad_parallelism") == []
 
 
