@@ -291,7 +291,7 @@ class _Builder:
                 value = self.loader.yaml_constructors[tag](
                     self.loader, yaml.ScalarNode(tag, text, event.start_mark, event.end_mark)
                 )
-            except (ValueError, OverflowError, yaml.YAMLError) as exc:
+            except (ValueError, OverflowError, IndexError, TypeError, yaml.YAMLError) as exc:
                 raise self.error(
                     self._child_path(),
                     f"{_key_text(text)!r} is not a valid YAML {tag.rsplit(':')[-1]}"

@@ -43,6 +43,11 @@ def test_merge_keys_read_as_yaml_says(text: str) -> None:
 
 # (id, document, the culprit the message must name)
 REFUSED = [
+    (
+        "empty explicit int (found by the fuzz test)",
+        "name: &a0 !!int ''\n",
+        "name: '' is not a valid YAML int",
+    ),
     ("merge of a scalar", "x:\n  <<: 5\n", "x.<<: a merge key takes a mapping"),
     ("merge of a list of scalars", "x: {<<: [1, 2]}\n", "x.<<: a merge key takes a mapping"),
     ("two merge keys", "p: &p {a: 1}\nx:\n  <<: *p\n  <<: *p\n", "x.<<: duplicate key (lines 3 and 4)"),
