@@ -343,7 +343,7 @@ def placement_row(
         "large_egress": egress_gb >= LARGE_EGRESS_GB,
         "decisions": len(record.decisions),
         "excluded": record.excluded,
-        "waited_seconds": round(record.waited_seconds, 3),
+        "waited_seconds": round(record.waited(now), 3),
         "failover_seconds": round(record.failover_seconds, 3),
         "started_at": record.started_at.isoformat(),
         "ended_at": record.ended_at.isoformat() if record.ended_at else None,
