@@ -126,6 +126,10 @@ class SnapshotStore(Store):
         return result
 
 
+def _freed_at(raw: Any) -> datetime:
+    return stored_time(mapping(raw).get("at"), "at")
+
+
 class QuotaLimitStore(Store):
     """Per cluster, each namespace's hard quota limits (from the latest snapshot that answered)."""
 
@@ -211,7 +215,22 @@ class ReservationStore(Store):
         return placement_id
 
     def release(self, cluster: str, placement_id: str) -> None:
+        """Drop the reservation, and mark the cluster's room freed now (a placement there ended or left
+        it): the tries waiting for a cluster read the marks to decide again (``hooks/waiting.py``)."""
         self.backend.delete(self._key("reservation", cluster, placement_id))
+        self.backend.set(self._key("freed", cluster), {"at": _iso(datetime.now(UTC))})
+
+    def freed(self, clusters: Iterable[str]) -> dict[str, datetime]:
+        """When a reservation on each of ``clusters`` was last released (one read for all)."""
+        wanted = set(clusters)
+        found: dict[str, datetime] = {}
+        for key, raw in self.backend.get_many(self._key("freed", "")).items():
+            cluster = key.rsplit("/", 1)[-1]
+            if cluster in wanted:
+                at = read_stored(key, raw, _freed_at)
+                if at is not None:
+                    found[cluster] = at
+        return found
 
     def pending(self, snapshots: Mapping[str, ClusterSnapshot], now: datetime) -> dict[str, ResourceList]:
         """Per cluster, the requests reserved but not yet visible in that cluster's snapshot."""
