@@ -181,10 +181,12 @@ class FederationHook(BaseHook):
         clusters: Iterable[str] | None = None,
         now: datetime | None = None,
         fresh_after: Mapping[str, datetime] | None = None,
+        wait: bool = True,
     ) -> dict[str, ClusterSnapshot]:
         """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight (and those
-        observed before their cluster's moment in ``fresh_after``)."""
-        return sensing.snapshots(self, clusters, now, fresh_after)
+        observed before their cluster's moment in ``fresh_after``); ``wait`` False: never wait for
+        another worker's refresh (see hooks/sensing.py)."""
+        return sensing.snapshots(self, clusters, now, fresh_after, wait)
 
     # Decisions ---------------------------------------------------------------------------------------
     def decide(

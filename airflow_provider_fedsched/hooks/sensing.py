@@ -141,9 +141,12 @@ def snapshots(
     clusters: Iterable[str] | None,
     now: datetime | None,
     fresh_after: Mapping[str, datetime] | None = None,
+    wait: bool = True,
 ) -> dict[str, ClusterSnapshot]:
     """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight; a cluster in
-    ``fresh_after`` also counts as stale while its snapshot was observed before that moment."""
+    ``fresh_after`` also counts as stale while its snapshot was observed before that moment. With
+    ``wait`` False, a cluster another worker is refreshing is not waited for (its stored snapshot is
+    returned, however old): a caller that must answer at once, the Federation page."""
     names = list(clusters) if clusters is not None else [c.name for c in hook.spec.clusters]
     ttl = hook.spec.policy.snapshot_ttl_seconds
     now = now or datetime.now(UTC)
@@ -182,7 +185,7 @@ def snapshots(
         for lock in locks:
             lock.release()
     waiting = [n for n in stale if n not in mine]
-    if waiting:
+    if waiting and wait:
         found.update(_await_refresh(hook, waiting, now))
     if (datetime.now(UTC) - now).total_seconds() > ttl / 4:
         # The refresh took a while: the snapshots that were fresh at the start may have aged past the TTL
