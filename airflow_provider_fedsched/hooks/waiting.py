@@ -4,8 +4,9 @@ A try told "wait" does not sleep a fixed interval. Every :func:`check_seconds` i
 shared state (no cluster is asked): the snapshot index (when each candidate member was last observed) and
 the marks of reservations released (a placement on that member ended or left it). It decides again, read
 only, when one of its candidate members shows either since its last decision, or when a candidate's
-snapshot is older than the policy's TTL (nobody refreshed it while the federation was idle: the decision
-refreshes it, single-flight, and so sees room freed outside the federation too). A member where a
+snapshot is older than half the policy's TTL, as a decision judges it (nobody refreshed it while the
+federation was idle: the decision refreshes it, single-flight, and so sees room freed outside the
+federation too). A member where a
 placement ended since its snapshot was taken is refreshed first, so that the decision sees the room. The
 try wakes as soon as that decision is no longer "wait"; otherwise it waits on, silently, its deadline
 unchanged. The sync operator runs :meth:`WaitWatch.wait`; a deferrable one defers to
@@ -129,7 +130,7 @@ class WaitWatch:
         return (
             f"deciding again as soon as shared state shows room on {', '.join(self.clusters)}: a placement "
             f"there ends or a new snapshot changes the decision (looked at every {check_seconds():g}s; "
-            f"a snapshot older than {ttl:g}s is refreshed)"
+            f"a snapshot older than {ttl / 2:g}s is taken again)"
         )
 
     def check(self) -> str | None:
@@ -145,8 +146,10 @@ class WaitWatch:
             for c, snapshot in sorted(newest.items())
             if c not in freed and (c not in wait_for.seen or snapshot.observed_at > wait_for.seen[c])
         ]
-        stale = [
-            c for c in self.clusters if c not in newest or (now - newest[c].observed_at).total_seconds() > ttl
+        stale = [  # as a decision judges them: older than half the TTL
+            c
+            for c in self.clusters
+            if c not in newest or (now - newest[c].observed_at).total_seconds() > ttl / 2
         ]
         listed = time.monotonic() - self._last_decision < KEEP_LISTED.total_seconds()
         if not news and not stale and listed:
