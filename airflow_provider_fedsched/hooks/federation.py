@@ -178,10 +178,16 @@ class FederationHook(BaseHook):
         return run_in_background(self.acollect(clusters))
 
     def snapshots(
-        self, clusters: Iterable[str] | None = None, now: datetime | None = None
+        self,
+        clusters: Iterable[str] | None = None,
+        now: datetime | None = None,
+        fresh_after: Mapping[str, datetime] | None = None,
+        wait: bool = True,
     ) -> dict[str, ClusterSnapshot]:
-        """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight."""
-        return sensing.snapshots(self, clusters, now)
+        """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight (and those
+        observed before their cluster's moment in ``fresh_after``); ``wait`` False: never wait for
+        another worker's refresh (see hooks/sensing.py)."""
+        return sensing.snapshots(self, clusters, now, fresh_after, wait)
 
     # Decisions ---------------------------------------------------------------------------------------
     def decide(

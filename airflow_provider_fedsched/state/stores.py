@@ -218,7 +218,30 @@ class ReservationStore(Store):
         return placement_id
 
     def release(self, cluster: str, placement_id: str) -> None:
+        """Drop the reservation, and mark the cluster's room freed now (a placement there ended or left
+        it): the tries waiting for a cluster read the marks to decide again (``hooks/waiting.py``).
+
+        The marks are one index, so that a waiting try reads them all in one call however large the
+        federation; two releases at the same instant may drop one mark (as for the snapshot index): the
+        tries waiting for that cluster then see its room at their next snapshot refresh instead."""
         self.backend.delete(self._key("reservation", cluster, placement_id))
+        key = f"{self.prefix}/freed-index"
+        marks = _dict(self.backend.get(key))  # a corrupted index is rebuilt
+        marks[cluster] = _iso(datetime.now(UTC))
+        self.backend.set(key, marks)
+
+    def freed(self, clusters: Iterable[str]) -> dict[str, datetime]:
+        """When a reservation on each of ``clusters`` was last released (one read for all)."""
+        key = f"{self.prefix}/freed-index"
+        marks = self.backend.get(key) or {}
+        if not isinstance(marks, dict):
+            marks = read_stored(key, marks, mapping) or {}
+        found: dict[str, datetime] = {}
+        for cluster in clusters:
+            at = read_stored(f"{key}[{cluster}]", marks.get(cluster), stored_time)
+            if at is not None:
+                found[cluster] = at
+        return found
 
     def pending(self, snapshots: Mapping[str, ClusterSnapshot], now: datetime) -> dict[str, ResourceList]:
         """Per cluster, the requests reserved but not yet visible in that cluster's snapshot."""

@@ -272,6 +272,8 @@ STORED_CASES: list[tuple[str, str, Any, Callable[[FederationState], Any]]] = [
         {"requests": {"cpu": 2**70}, "at": "2025-06-01T08:00:00+00:00"},
         lambda s: s.reservations.pending({}, _now()),
     ),
+    ("freed at garbage", f"{PREFIX}/freed-index", {"eu-a": "soon"}, lambda s: s.reservations.freed(["eu-a"])),
+    ("freed a list", f"{PREFIX}/freed-index", [1, 2], lambda s: s.reservations.freed(["eu-a"])),
     ("snapshot not a snapshot", f"{PREFIX}/snapshot/eu-a", {"cluster": 5}, lambda s: s.snapshots.get("eu-a")),
     (
         "snapshot nested 10,000 deep",
