@@ -380,8 +380,9 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         record.cluster, record.outcome, record.reason = cluster, "running", ""
         self._save(context)  # before the create: a worker that dies right after it still finds the pod
         self.log.info(
-            "Attempt %d: launching pod %s/%s in cluster %s (%s)%s",
+            "Attempt %d: launching %s %s/%s in cluster %s (%s)%s",
             attempt.number,
+            self.earlier_kind,
             attempt.namespace,
             attempt.pod,
             cluster,

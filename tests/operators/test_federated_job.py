@@ -131,7 +131,9 @@ def test_an_evicted_member_moves_the_gang_which_resumes_from_its_checkpoint(
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "evicted"), ("north-gpu", "succeeded")]
     assert record["attempts"][1]["resumed_from_checkpoint"] is True
-    assert "attempt 2 resume=true" in capfd.readouterr().out
+    out = capfd.readouterr().out
+    assert "attempt 2 resume=true" in out
+    assert "Attempt 1: launching job default/" in out  # a Job, not "pod" (issue 26)
     assert left_behind(sim_federation, "gang_evicted_resumes") == []
 
 
