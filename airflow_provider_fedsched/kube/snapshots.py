@@ -30,6 +30,7 @@ from airflow_provider_fedsched.federation.spec import Taint
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.kube.clients import api_client, discard_client
 from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TASK_LABEL, TENANT_LABEL
+from airflow_provider_fedsched.kube.permissions import missing_permissions
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +275,8 @@ async def collect_snapshot(
 
     now = clock or (lambda: datetime.now(UTC))
     try:
-        api = client.CoreV1Api(await api_client(access))
+        shared = await api_client(access)
+        api = client.CoreV1Api(shared)
     except Exception as exc:
         return ClusterSnapshot(
             cluster=access.cluster,
@@ -287,7 +289,9 @@ async def collect_snapshot(
         nodes, pods, quotas = await _list_all(api)
         if limits is not None:
             limits[access.cluster] = quota_limits(quotas)
-        return condense(access.cluster, nodes, pods, quotas, observed_at=now())
+        snapshot = condense(access.cluster, nodes, pods, quotas, observed_at=now())
+        missing = await missing_permissions(shared, access.cluster, access.namespace or "default")
+        return snapshot.model_copy(update={"missing_permissions": missing}) if missing else snapshot
 
     try:
         return await asyncio.wait_for(read(), timeout)

@@ -253,6 +253,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             if record.request is None:  # for `fedsched history export`
                 record.request = self.task_request.model_dump(mode="json")
             self.log.info("Federation decision:\n%s", decision_table(decision))
+            if len(record.decisions) == 1 and not record.attempts:
+                self._warn_missing_permissions(decision)
             if decision.outcome == "impossible":
                 raise self._give_up(context, f"no member cluster can ever run this task: {decision.reason}")
             if decision.outcome == "wait":
@@ -281,6 +283,19 @@ class FederatedKubernetesOperator(Arguments, Deferral):
                 return self._run_attempt(context, attempt)
             except ClusterLeft:
                 continue
+
+    def _warn_missing_permissions(self, decision: Decision) -> None:
+        """At the start of the try's log: each member considered that forbids what the provider needs there
+        (``kube/permissions.py``, seen by its snapshot), naming the rule and what is lost without it."""
+        names = (
+            {decision.cluster}
+            | {r.cluster for r in decision.rejected}
+            | {c.cluster for c in decision.candidates}
+        )
+        snapshots = self.federation_hook.state.snapshots.newest(sorted(n for n in names if n))
+        for name, snapshot in sorted(snapshots.items()):
+            for missing in snapshot.missing_permissions:
+                self.log.warning("Member %s does not grant the provider (deploy/rbac.yaml) %s", name, missing)
 
     def _wait(self, context: Any, decision: Decision) -> None:
         """Wait for a compliant cluster: the clock runs from the first wait (across deferrals); the try

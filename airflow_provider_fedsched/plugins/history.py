@@ -470,6 +470,7 @@ def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, A
                 "free": summary["free"] if summary else {},
                 "total": summary["total"] if summary else {},
                 "largest_free_node": summary["largest_free_node"] if summary else None,
+                "missing_permissions": summary["missing_permissions"] if summary else [],
                 "cooldown": (
                     {
                         "until": cooldown[1].isoformat(),

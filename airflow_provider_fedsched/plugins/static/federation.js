@@ -124,7 +124,11 @@ async function loadClusters() {
         ? el("div", { class: "small muted nowrap" }, `${c.ready_nodes}/${c.nodes} nodes ready`,
             el("br"), el("span", { class: "snapshot-age", title: c.snapshot_note }, `${seconds(c.snapshot_age_seconds)} old`),
             el("div", { class: "small muted snapshot-note" }, c.snapshot_note))
-        : null),
+        : null,
+        (c.missing_permissions || []).length
+          ? el("div", { class: "missing-permissions" }, el("span", { class: "badge warn" }, "RBAC"),
+              c.missing_permissions.map((m) => el("div", { class: "small" }, `not granted: ${m}`)))
+          : null),
       el("td", {}, capacity(c)),
       el("td", { class: "small" }, c.largest_free_node || "–"),
       el("td", {}, cooldown),
