@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["REQUIRED", "Rule", "missing_from", "missing_permissions"]
+__all__ = ["REQUIRED", "Rule", "grants", "missing_from", "missing_permissions"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,9 @@ CHECK_EVERY_SECONDS = 300.0
 _checked: dict[tuple[str, str, int], tuple[float, list[str]]] = {}
 
 
-def _granted(rules: Iterable[Any], group: str, resource: str, verb: str) -> bool:
+def grants(rules: Iterable[Any], group: str, resource: str, verb: str) -> bool:
+    """Whether RBAC ``rules`` (dicts, the API's or the manifests' field names) allow ``verb`` on
+    ``resource`` (with its subresource, ``pods/log``) of API ``group``."""
     for rule in rules:
         groups = rule.get("apiGroups") or rule.get("api_groups") or []
         resources = rule.get("resources") or []
@@ -69,7 +71,7 @@ def missing_from(rules: Iterable[Any]) -> list[str]:
     granted = list(rules)
     found = []
     for rule in REQUIRED:
-        verbs = [v for v in rule.verbs if not _granted(granted, rule.group, rule.resource, v)]
+        verbs = [v for v in rule.verbs if not grants(granted, rule.group, rule.resource, v)]
         if verbs:
             found.append(f"{rule.group or 'core'} {rule.resource}: {', '.join(verbs)} ({rule.without})")
     return found

@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_fedsched.demo import DAG_ID, left_behind
+
 REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / ".demo-real"
-DAG_ID = "example_federated"
 TIME_SCALE = 20.0
 """Pods run 20x as long as the demo DAG's annotations say (1 s -> 20 s): the outage finds one running."""
 OUTAGE_SECONDS = 60.0
@@ -79,24 +80,10 @@ def outage(fed: Any, stop: threading.Event, happened: list[str]) -> None:
     log(f"incident over: {member}'s kube-apiserver answers again")
 
 
-def left_behind(fed: Any) -> list[str]:
-    return [
-        f"{name}/{p['metadata']['namespace']}/pod/{p['metadata']['name']}"
-        for name, handle in fed.handles.items()
-        for p in handle.pods()
-        if (p["metadata"].get("labels") or {}).get("dag_id") == DAG_ID
-    ] + [
-        f"{name}/{j['metadata']['namespace']}/job/{j['metadata']['name']}"
-        for name, handle in fed.handles.items()
-        for j in handle.jobs()
-        if (j["metadata"].get("labels") or {}).get("dag_id") == DAG_ID
-    ]
-
-
 def settle(fed: Any, timeout: float = 120.0) -> list[str]:
     """Pods of a finished run leave within a deletion or two; give them that long."""
     deadline = time.monotonic() + timeout
-    while (left := left_behind(fed)) and time.monotonic() < deadline:
+    while (left := left_behind(fed.handles)) and time.monotonic() < deadline:
         time.sleep(2.0)
     return left
 

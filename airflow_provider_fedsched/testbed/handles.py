@@ -275,11 +275,12 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
         return str(response.data.decode("utf-8", errors="replace")).splitlines()
 
     # -- request counts, from the audit log ------------------------------------------------------------
-    def _audit_events(self) -> list[dict[str, Any]]:
+    def _audit_events(self, since: int | None = None) -> list[dict[str, Any]]:
+        """The audit log's events from byte ``since`` (default: since the last reset of the counts)."""
         path = self.cluster.root / "logs" / "audit.log"
         try:
             with path.open("rb") as fh:
-                fh.seek(self._audit_offset)
+                fh.seek(self._audit_offset if since is None else since)
                 data = fh.read()
         except OSError:
             return []
@@ -321,18 +322,8 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
         audit log: ``verb``, ``uri``, and what was asked (``group``, ``resource`` with its subresource,
         ``namespace``; empty when cluster-wide)."""
         user = f"system:serviceaccount:{PROVIDER_NAMESPACE}:{PROVIDER_ACCOUNT}"
-        path = self.cluster.root / "logs" / "audit.log"
-        try:
-            with path.open("rb") as fh:
-                fh.seek(since)
-                data = fh.read()
-        except OSError:
-            return []
         denied = []
-        for line in data.decode(errors="replace").splitlines():
-            if not line.startswith("{"):
-                continue
-            event = json.loads(line)
+        for event in self._audit_events(since):
             if event.get("stage") != "ResponseComplete" or event.get("user", {}).get("username") != user:
                 continue
             if event.get("responseStatus", {}).get("code") != 403:
@@ -351,5 +342,4 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
         return denied
 
     def reset_request_counts(self) -> None:
-        path = self.cluster.root / "logs" / "audit.log"
-        self._audit_offset = path.stat().st_size if path.exists() else 0
+        self._audit_offset = self.audit_size()

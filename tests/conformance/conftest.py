@@ -136,6 +136,7 @@ def reset(handle: TestbedClusterHandle, timeout: float = 120.0) -> None:
 def granted_by_the_manifests(request: dict[str, str]) -> bool:
     """Whether deploy/rbac*.yaml grant ``request`` (a denial from :meth:`provider_denials`): the Role in
     the task namespaces, the ClusterRole anywhere."""
+    from airflow_provider_fedsched.kube.permissions import grants
     from airflow_provider_fedsched.testbed.rbac import CLUSTER_MANIFEST, NAMESPACED_MANIFEST, manifest
 
     def rules(path: Path, kind: str) -> list[dict[str, Any]]:
@@ -144,12 +145,7 @@ def granted_by_the_manifests(request: dict[str, str]) -> bool:
     applicable = rules(CLUSTER_MANIFEST, "ClusterRole")
     if request["namespace"]:
         applicable += rules(NAMESPACED_MANIFEST, "Role")
-    return any(
-        request["group"] in rule["apiGroups"]
-        and request["resource"] in rule["resources"]
-        and request["verb"] in rule["verbs"]
-        for rule in applicable
-    )
+    return grants(applicable, request["group"], request["resource"], request["verb"])
 
 
 @pytest.fixture(autouse=True)
