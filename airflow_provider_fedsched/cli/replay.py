@@ -9,19 +9,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_fedsched.cli._common import EXIT_OK, UsageError
+from airflow_provider_fedsched.federation.limits import describe
 from airflow_provider_fedsched.replay.policies import POLICIES
 from airflow_provider_fedsched.replay.run import ReplayReport, parse_policies, replay
 from airflow_provider_fedsched.replay.scenario import SCENARIOS, seed_3x20
 from airflow_provider_fedsched.replay.simulator import Settings
-from airflow_provider_fedsched.replay.topology import Federation, build_federation, load_federation_spec
+from airflow_provider_fedsched.replay.topology import (
+    MAX_REPLAY_CLUSTERS,
+    Federation,
+    build_federation,
+    load_federation_spec,
+)
 from airflow_provider_fedsched.replay.workload import (
     ReplayInputError,
     TraceShaping,
+    check_seconds_option,
     read_nodes,
     read_pods,
     shape_trace,
@@ -67,12 +76,39 @@ def build_workload(args: argparse.Namespace) -> tuple[Federation, str]:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    if args.staleness < 0:
-        raise UsageError(f"--staleness: must not be negative (got {args.staleness})")
-    if args.clusters < 1:
-        raise UsageError(f"--clusters: must be at least 1 (got {args.clusters})")
-    if args.plot is not None and not Path(args.plot).resolve().parent.is_dir():
-        raise UsageError(f"--plot {args.plot}: its folder does not exist")
+    """Every option checked before any file is read (each error names its option)."""
+    try:
+        TraceShaping(args.window, args.max_run, args.copies).check()
+        check_seconds_option(args.staleness, "--staleness")
+    except ReplayInputError as exc:
+        raise UsageError(str(exc)) from None
+    if not 1 <= args.clusters <= MAX_REPLAY_CLUSTERS:
+        raise UsageError(f"--clusters: must be 1..{MAX_REPLAY_CLUSTERS:,} (got {describe(args.clusters)})")
+    if not -(2**63) <= args.seed < 2**63:
+        raise UsageError(f"--seed: must fit 64 bits (got {describe(args.seed)})")
+    if args.plot is not None:
+        _check_plot(args.plot)
+
+
+def _check_plot(plot: str) -> None:
+    """A PNG written where it was asked for: ``matplotlib`` adds ``.png`` to a name without a suffix, so
+    ``--plot /dev/null`` or ``--plot some-folder`` would write a file beside it."""
+    path = Path(plot)
+    if path.suffix.lower() != ".png":
+        raise UsageError(f"--plot {plot}: the file name must end in .png")
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise UsageError(f"--plot {plot}: {exc.strerror or exc}") from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"--plot {plot}: exists and is not a regular file")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise UsageError(f"--plot {plot}: its folder does not exist")
+    if not os.access(folder, os.W_OK) or (info is not None and not os.access(path, os.W_OK)):
+        raise UsageError(f"--plot {plot}: not writable")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,7 +128,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from airflow_provider_fedsched.replay.report import plot
 
-        plot(report, args.plot)
+        try:
+            plot(report, args.plot)
+        except OSError as exc:
+            raise UsageError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

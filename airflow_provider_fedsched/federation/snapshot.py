@@ -258,6 +258,11 @@ class ClusterSnapshot(BaseModel):
     tenants: dict[str, ResourceList] = Field(default_factory=dict)
     """Tenant (``fedsched.io/tenant`` label) -> requests of its pods bound to a node, ``pods`` their
     count: the cluster's part of each tenant's federation-wide usage."""
+    missing_permissions: Annotated[list[Annotated[str, Field(max_length=500)]], Field(max_length=32)] = Field(
+        default_factory=list
+    )
+    """What the provider needs in its task namespace there and the member does not grant, one line per
+    rule with what is lost without it (``kube/permissions.py``)."""
 
     _index: ClusterIndex | None = PrivateAttr(default=None)
 
@@ -444,4 +449,5 @@ def summarize(snapshot: ClusterSnapshot, now: datetime) -> dict[str, Any]:
         "free": {r: format_quantity(r, a) for r, a in sorted(index.total_free.items())},
         "total": {r: format_quantity(r, a) for r, a in sorted(index.total_allocatable.items())},
         "largest_free_node": _largest_free_node(snapshot),
+        "missing_permissions": list(snapshot.missing_permissions),
     }

@@ -83,7 +83,11 @@ class PlacementLedger:
 
     def _unavailable(self, exc: Any) -> LedgerUnavailable:
         status = getattr(exc, "status", None)
-        why = {404: "serves no Leases", 403: "forbids Leases"}.get(status or 0, f"answered {status}")
+        why = {
+            404: "serves no Leases",
+            403: "forbids Leases: deploy/rbac.yaml's rule on coordination.k8s.io leases (get, create, "
+            "update) is missing",
+        }.get(status or 0, f"answered {status}")
         return LedgerUnavailable(f"the cluster {why} in namespace {self.namespace!r}")
 
     @staticmethod

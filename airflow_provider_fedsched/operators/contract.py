@@ -203,7 +203,7 @@ class Contract(EarlierTries):
         pod had Succeeded before its cluster stopped answering (the try succeeds, its work is not re-run)."""
         failure = self._judge(attempt, exc)
         if failure is None:
-            self._finish(context, attempt, "failed", _short(exc))
+            self._finish(context, attempt, "failed", short_error(exc))
             return exc
         attempt.failed_at = attempt.failed_at or self._failed_at()
         self.log.warning(
@@ -369,7 +369,7 @@ class Contract(EarlierTries):
         return FederationError(reason)
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
     # An API refusal's first line is only "(403)": the server's message names what was refused.
     refused = api_refusal(exc)
     if refused:

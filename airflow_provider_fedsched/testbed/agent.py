@@ -42,9 +42,17 @@ _PGREP = """#!/bin/sh
 echo "$PPID"
 """
 _CONTAINER_SHELL = """#!/bin/sh
-# The container's /airflow/xcom is the pod's directory, this session's working directory: the shell reads
-# its commands with that path put in (nothing is linked outside the test bed's state dir).
-sed -u "s#/airflow/xcom#$PWD#g" | /bin/sh "$@"
+# The container's /airflow/xcom is the pod's directory, this session's working directory: every command
+# runs with that path put in (nothing is linked outside the test bed's state dir). `sh -c COMMAND` runs
+# it; an interactive session's lines are run by this one shell, so that a kill of "this session's shell"
+# ends the session, as in a container.
+inside() { printf '%s\\n' "$1" | sed "s#/airflow/xcom#$PWD#g"; }
+if [ "$1" = "-c" ]; then
+  exec /bin/sh -c "$(inside "$2")"
+fi
+while IFS= read -r line; do
+  eval "$(inside "$line")"
+done
 """
 
 
@@ -285,7 +293,14 @@ class PodAgent:
                     try:
                         self._annotate(namespace, name, uid, SIDECAR_KILLED)
                     except client.ApiException as exc:
-                        log.warning("test bed agent: sidecar of %s/%s: %s", namespace, name, exc)
+                        if exc.status != 404:  # gone already: its task deleted it once XCom was read
+                            log.warning(
+                                "test bed agent: sidecar of %s/%s: %s %s",
+                                namespace,
+                                name,
+                                exc.status,
+                                exc.reason,
+                            )
 
 
 def _key(pod: dict[str, Any]) -> tuple[str, str]:

@@ -77,6 +77,7 @@ def _created_pods(fed: TestbedFederation, prefix: str) -> list[str]:
     return created
 
 
+@pytest.mark.timeout(1500)  # a 5-minute pod, six Airflow processes starting on a shared 2-core machine
 def test_pods_that_run_for_minutes_succeed_with_every_log_line_once(
     two_members: tuple[TestbedFederation, dict[str, set[str]]], tmp_path: Path
 ) -> None:
