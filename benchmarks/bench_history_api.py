@@ -8,7 +8,8 @@ with two decisions of three candidates each, every tenth one a failover, 50 DAGs
 ``GET /fedsched/api/placements`` through the plugin's FastAPI app in-process (auth dependency overridden):
 the first page, filtered pages (DAG; cluster + failover) and a deep page. Baseline in the same run: a bare
 ``SELECT count(*) FROM xcom`` and a scan of every stored value (what loading all rows into Python costs).
-Target: every API case under 200 ms (median), reported beside each case's ratio to the same run's full read of the stored values; the run does not fail on a loaded machine.
+Target: every API case under 200 ms (median), reported beside each case's ratio to the same run's full
+read of the stored values; the run does not fail on a loaded machine.
 """
 
 from __future__ import annotations
