@@ -109,6 +109,8 @@ class Contract(EarlierTries):
         attempt = self._record.current
         if attempt is None or attempt.outcome != "running":
             attempt = self._adopt_earlier(context)
+            if attempt is not None and attempt.outcome == "succeeded":
+                return None  # an earlier try's pod Succeeded: its success was taken
             if attempt is None and self._earlier_succeeded(context):
                 return None
         if attempt is not None:

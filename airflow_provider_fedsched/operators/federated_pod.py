@@ -271,6 +271,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             adopted = self._adopt_unsearched(context) if record.unsearched else None
             if adopted is not None:
                 self.federation_hook.release(str(decision.cluster), reserved)
+                if adopted.outcome == "succeeded":
+                    return None  # an earlier try's pod Succeeded: its success was taken
                 try:
                     return self._run_attempt(context, adopted)
                 except ClusterLeft:

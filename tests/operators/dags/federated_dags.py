@@ -92,6 +92,24 @@ federated_dag(
     checkpoint="s3://bucket/ckpt",
     annotations=sim(duration=8, logs=["work done"]),
 )
+# The same, with room elsewhere: the retry must wait for the dead try's silent cluster and adopt its
+# finished pod, not start the work on west-general (test_federated_operator.py; the soak's
+# sync_resumable[21]).
+federated_dag(
+    "fed_killed_preemptible_elsewhere",
+    clusters=["east-cpu", "west-general"],
+    preemptible=True,
+    checkpoint="s3://bucket/ckpt",
+    unreachable_grace=120,
+    annotations=sim(duration=8, logs=["work done"]),
+)
+# A try killed while its pod runs, not preemptible: the retry finds the pod Succeeded and being deleted.
+federated_dag(
+    "fed_killed_plain",
+    clusters=["east-cpu", "west-general"],
+    unreachable_grace=120,
+    annotations=sim(duration=8, logs=["work done"]),
+)
 federated_dag(
     "fed_deferrable_xcom",
     deferrable=True,
