@@ -12,15 +12,17 @@ It counts, per task (one ``(dag, task, map_index, run)``):
   purpose, or a fault that marked it failed) or reported as unexplained;
 - ``lost``: anything else (not finished, skipped, removed, never created, or success without any pod
   that succeeded);
-- ``duplicates``: pods of one task that both ran, other than a preemptible move: two that ran to
-  Succeeded, one started after another had Succeeded, or, for a task that is not preemptible, two whose
-  containers ran at the same time. A preemptible move is a pair of a preemptible task whose earlier pod
-  started before its cluster (or its node) stopped answering and whose end no client of the cluster had
-  been sent before that moment (the journal's ``end_seen``: running then, or ended unseen), and whose
-  later pod was created while the cluster still did not answer (``silences``): the task moved, as
-  preemptible allows, and the old pod was fenced; each is listed (``moved``) without failing the run.
-  A pod whose end some client of the cluster (other than this soak's own, ``SOAK_AGENT``) had been sent
-  before the silence is no such move: its result could be known, and a later pod duplicates it;
+- ``duplicates``: pods of one task that both ran, other than a preemptible move (docs/reliability.md,
+  "ran twice"): two that ran to Succeeded, one started after another had Succeeded, or, for a task that
+  is not preemptible, two whose containers ran at the same time. A preemptible move is a pair of a
+  preemptible task whose earlier pod existed (was created) before its cluster (or its node) stopped
+  answering and whose end no client of the cluster had been sent before that moment (the journal's
+  ``end_seen``: running then, or ended unseen), whose later pod was created while the cluster still did
+  not answer (``silences``), and whose later pod ended before any client was sent the earlier one's end:
+  the task moved, as preemptible allows, and the old pod was fenced; each is listed (``moved``) without
+  failing the run. A pod whose end some client of the cluster (other than this soak's own,
+  ``SOAK_AGENT``) had been sent before the silence, or before the later pod ended, is no such move: its
+  result could be known, and a later pod that still ran to the end duplicates it;
 - ``leaked``: pods of the load still in a cluster (not removed from its API, or still running on a node);
 - ``sovereignty_violations``: pods that ran in a cluster whose region one of the task's datasets forbids;
 - node over-commit: moments when a node's admitted pods requested more than its allocatable.
@@ -158,13 +160,21 @@ class Silence:
     end: float
 
     def moved(self, earlier: PodRun, later: PodRun) -> bool:
-        """``later`` was created while this silence hid ``earlier``, whose end nobody had been sent when
-        the silence began."""
+        """``later`` was created while this silence hid ``earlier`` (created before it began), whose end
+        nobody had been sent when the silence began, and ``later`` ended before anybody was sent it:
+        from then on the task knows ``earlier``'s result and stops ``later`` instead of finishing it."""
         if earlier.cluster != self.cluster or (self.node is not None and earlier.node != self.node):
             return False
-        assert earlier.started_at is not None
         unseen = earlier.end_seen_at is None or earlier.end_seen_at >= self.start
-        return earlier.started_at < self.start and unseen and self.start <= later.created_at <= self.end
+        # Sent once the cluster answered again, while ``later`` still ran: the result was known.
+        seen = earlier.end_seen_at
+        unknown_to_later = seen is None or seen <= self.end or later.ended_by() <= seen
+        return (
+            earlier.created_at < self.start
+            and unseen
+            and unknown_to_later
+            and self.start <= later.created_at <= self.end
+        )
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,12 @@ def test_two_pods_that_both_succeeded_are_a_duplicate_even_when_preemptible() ->
         (Silence("east", None, 24, 60), {"OpenAPI-Generator": 24.0}, 0),  # sent as the silence began
         (Silence("east", None, 15, 20), {}, 1),  # the second pod came after east answered again
         (Silence("east", "east-n2", 15, 60), {}, 1),  # another node's silence hid nothing of this pod
+        (Silence("east", None, 9.5, 60), {}, 0),  # created before east went silent, started during it
+        # east answered again at 40 s and a client read the first pod's end at 41 s, while the second
+        # still ran: its result was known, and the second copy still finished the work (the soak's
+        # sync_resumable[5])
+        (Silence("east", None, 15, 40), {"OpenAPI-Generator": 41.0}, 1),
+        (Silence("east", None, 15, 40), {"OpenAPI-Generator": 51.0}, 0),  # read after the second ended
     ],
 )
 def test_a_preemptible_move_away_from_a_silent_cluster_is_listed_not_counted(
