@@ -286,8 +286,8 @@ class Contract(EarlierTries):
         answering are read (:class:`FenceWatch`): one seen Succeeded stops ``attempt``'s pod, and its
         result is taken (:meth:`_take_fenced`). Not for ``do_xcom_push`` tasks: their result is read from
         the pod that runs it."""
-        fenced = [a for a in self._record.attempts if a is not attempt and a.outcome == "unreachable"]
-        if not fenced or not self.preemptible or self.do_xcom_push:
+        fenced = self._fenced(attempt)
+        if not fenced:
             return None
         hook = self.federation_hook
 
@@ -307,6 +307,13 @@ class Contract(EarlierTries):
                 self.log.info("Pod %s is being stopped in %s", attempt.pod, attempt.cluster)
 
         return FenceWatch(hook, fenced, stop_this_copy).start()
+
+    def _fenced(self, attempt: Attempt) -> list[Attempt]:
+        """The pods this preemptible try left (fenced) in clusters that stopped answering, to read while
+        ``attempt`` runs; none for ``do_xcom_push`` tasks (their result is read from the pod that ran)."""
+        if not self.preemptible or self.do_xcom_push:
+            return []
+        return [a for a in self._record.attempts if a is not attempt and a.outcome == "unreachable"]
 
     def _take_fenced(self, context: Any, attempt: Attempt, done: Attempt) -> None:
         """``done``, a pod this try fenced, Succeeded; ``attempt``'s pod was stopped for it: the try ends

@@ -606,14 +606,15 @@ def test_a_fenced_pod_that_ran_to_the_end_unseen_is_not_run_again(
     assert not orphans.was_swept_succeeded("east-cpu", left["namespace"], left["pod"])  # taken: forgotten
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_a_preemptible_task_that_moved_takes_its_first_copy_s_success_and_stops_the_second(
-    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
 ) -> None:
     """Soak finding (CeleryExecutor, ``sync_resumable[5]``): during a short outage of its cluster a
     preemptible task moved; its first pod ran to Succeeded there, and the second copy then ran the work
     to the end too. While the second copy runs, the fenced first pod is read; once its cluster answers
     and it shows Succeeded, the second copy is stopped and the first one's result taken."""
-    dag_id = "fed_moved_then_first_succeeded"
+    dag_id = f"fed_moved_then_first_succeeded_{mode}"
     east, west = sim_federation["east-cpu"], sim_federation["west-general"]
     seconds_copy: list[dict[str, Any]] = []
 

@@ -191,14 +191,16 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
 # A preemptible task moves during a short outage of east-cpu; its fenced pod there Succeeds while the copy
 # on west-general runs: that copy is stopped and the first one's result taken (test_contract.py; the
 # soak's sync_resumable[5]). West's copy waits for its scheduler as long as the test holds it.
-federated_dag(
-    "fed_moved_then_first_succeeded",
-    clusters=["east-cpu", "west-general"],
-    preemptible=True,
-    checkpoint="s3://bucket/ckpt",
-    unschedulable_grace_seconds=120,
-    annotations=sim(duration=60, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
-)
+for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_interval": 0.5})):
+    federated_dag(
+        f"fed_moved_then_first_succeeded_{mode}",
+        clusters=["east-cpu", "west-general"],
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        unschedulable_grace_seconds=120,
+        annotations=sim(duration=60, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
+        **extra,
+    )
 
 # Try 1 is lost to an outage, its pod written down; try 2 adopts the pod (test_contract.py).
 federated_dag(
