@@ -163,6 +163,23 @@ def test_a_preemptible_move_away_from_a_silent_cluster_is_listed_not_counted(
     assert kinds == (["moved"] if duplicates == 0 else ["duplicate"])
 
 
+def test_a_moved_copy_stopped_once_the_first_copy_s_result_was_read_is_no_duplicate() -> None:
+    """The first pod ended unseen during east's silence; the second, created then, started after that
+    end; east answered at 40 s, the first pod's end was read at 41 s and the second was stopped at 45 s
+    (deleted, never Succeeded): the work ran to the end once."""
+    result = run_audit(
+        [
+            journal("east", pod("t.0", 10, 22, "succeeded", end_seen={"OpenAPI-Generator": 41.0})),
+            journal("west", pod("t.0", 30, 45, "deleted", "west")),
+        ],
+        [ti("t", 0, "success")],
+        [Expectation("t", 0, preemptible=True)],
+        silences=[Silence("east", None, 15, 40)],
+    )
+    assert result.duplicates == 0 and result.clean
+    assert [f.kind for f in result.findings if f.kind in ("moved", "duplicate")] == []
+
+
 def test_a_silence_is_no_excuse_for_a_task_that_is_not_preemptible() -> None:
     result = run_audit(
         [
