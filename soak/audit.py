@@ -12,15 +12,18 @@ It counts, per task (one ``(dag, task, map_index, run)``):
   purpose, or a fault that marked it failed) or reported as unexplained;
 - ``lost``: anything else (not finished, skipped, removed, never created, or success without any pod
   that succeeded);
-- ``duplicates``: pods of one task that both ran, other than a preemptible move: two that ran to
-  Succeeded, one started after another had Succeeded, or, for a task that is not preemptible, two whose
-  containers ran at the same time. A preemptible move is a pair of a preemptible task whose earlier pod
-  started before its cluster (or its node) stopped answering and whose end no client of the cluster had
-  been sent before that moment (the journal's ``end_seen``: running then, or ended unseen), and whose
-  later pod was created while the cluster still did not answer (``silences``): the task moved, as
-  preemptible allows, and the old pod was fenced; each is listed (``moved``) without failing the run.
-  A pod whose end some client of the cluster (other than this soak's own, ``SOAK_AGENT``) had been sent
-  before the silence is no such move: its result could be known, and a later pod duplicates it;
+- ``duplicates``: pods of one task that both ran, other than a preemptible move (docs/reliability.md,
+  "ran twice"): two that ran to Succeeded, one started after another had Succeeded, or, for a task that
+  is not preemptible, two whose containers ran at the same time. A preemptible move is a pair of a
+  preemptible task whose earlier pod existed (was created) before its cluster (or its node) stopped
+  answering and whose end no client of the cluster had been sent before that moment (the journal's
+  ``end_seen``: running then, or ended unseen), and whose later pod was created while the cluster still
+  did not answer (``silences``): the task moved, as preemptible allows, and the old pod was fenced; a
+  later pod stopped before it finished is never counted, and a pair that both ran to Succeeded is listed
+  (``moved``) without failing the run, unless a client was sent the earlier pod's end once its cluster
+  answered again while the later one still ran (the task then knew the result and had to stop the later
+  copy). A pod whose end some client of the cluster (other than this soak's own, ``SOAK_AGENT``) had
+  been sent before the silence is no such move: its result could be known, and a later pod duplicates it;
 - ``leaked``: pods of the load still in a cluster (not removed from its API, or still running on a node);
 - ``sovereignty_violations``: pods that ran in a cluster whose region one of the task's datasets forbids;
 - node over-commit: moments when a node's admitted pods requested more than its allocatable.
@@ -53,6 +56,9 @@ SOAK_AGENT = "fedsched-soak"
 """The User-Agent of the soak's own API calls (fault targets): what they are sent tells the provider
 nothing, so it never makes a pod's end known."""
 MOVED = "a preemptible move: its cluster stopped answering before anybody was sent the first pod's end"
+KNOWN_WHILE_RUNNING = (
+    "both ran to Succeeded, the second after the first one's end was read once its cluster answered again"
+)
 OUTLIVE_TOLERANCE = 60.0
 """Seconds a pod may still run after its task ended in Airflow (a heartbeat and a deletion)."""
 
@@ -158,13 +164,18 @@ class Silence:
     end: float
 
     def moved(self, earlier: PodRun, later: PodRun) -> bool:
-        """``later`` was created while this silence hid ``earlier``, whose end nobody had been sent when
-        the silence began."""
+        """``later`` was created while this silence hid ``earlier`` (created before it began), whose end
+        nobody had been sent when the silence began."""
         if earlier.cluster != self.cluster or (self.node is not None and earlier.node != self.node):
             return False
-        assert earlier.started_at is not None
         unseen = earlier.end_seen_at is None or earlier.end_seen_at >= self.start
-        return earlier.started_at < self.start and unseen and self.start <= later.created_at <= self.end
+        return earlier.created_at < self.start and unseen and self.start <= later.created_at <= self.end
+
+    def known_while_running(self, earlier: PodRun, later: PodRun) -> bool:
+        """Once the cluster answered again, a client was sent ``earlier``'s end while ``later`` still ran:
+        from then on the task knew ``earlier``'s result and had to stop ``later``."""
+        seen = earlier.end_seen_at
+        return seen is not None and self.end < seen < later.ended_by()
 
 
 @dataclass(frozen=True)
@@ -234,8 +245,12 @@ def _pairs(
     for index, later in enumerate(ran):
         assert later.started_at is not None
         for earlier in ran[:index]:
-            if preemptible and any(s.moved(earlier, later) for s in silences):
+            hiding = [s for s in silences if s.moved(earlier, later)] if preemptible else []
+            if hiding:
                 if earlier.succeeded and later.succeeded:
+                    if all(s.known_while_running(earlier, later) for s in hiding):
+                        yield earlier, later, KNOWN_WHILE_RUNNING
+                        break
                     yield earlier, later, MOVED
                 continue
             if earlier.succeeded and later.succeeded:

@@ -138,6 +138,12 @@ def test_two_pods_that_both_succeeded_are_a_duplicate_even_when_preemptible() ->
         (Silence("east", None, 24, 60), {"OpenAPI-Generator": 24.0}, 0),  # sent as the silence began
         (Silence("east", None, 15, 20), {}, 1),  # the second pod came after east answered again
         (Silence("east", "east-n2", 15, 60), {}, 1),  # another node's silence hid nothing of this pod
+        (Silence("east", None, 9.5, 60), {}, 0),  # created before east went silent, started during it
+        # east answered again at 40 s and a client read the first pod's end at 41 s, while the second
+        # still ran: its result was known, and the second copy still finished the work (the soak's
+        # sync_resumable[5])
+        (Silence("east", None, 15, 40), {"OpenAPI-Generator": 41.0}, 1),
+        (Silence("east", None, 15, 40), {"OpenAPI-Generator": 51.0}, 0),  # read after the second ended
     ],
 )
 def test_a_preemptible_move_away_from_a_silent_cluster_is_listed_not_counted(
@@ -155,6 +161,23 @@ def test_a_preemptible_move_away_from_a_silent_cluster_is_listed_not_counted(
     assert result.duplicates == duplicates and result.clean == (duplicates == 0)
     kinds = [f.kind for f in result.findings if f.kind in ("moved", "duplicate")]
     assert kinds == (["moved"] if duplicates == 0 else ["duplicate"])
+
+
+def test_a_moved_copy_stopped_once_the_first_copy_s_result_was_read_is_no_duplicate() -> None:
+    """The first pod ended unseen during east's silence; the second, created then, started after that
+    end; east answered at 40 s, the first pod's end was read at 41 s and the second was stopped at 45 s
+    (deleted, never Succeeded): the work ran to the end once."""
+    result = run_audit(
+        [
+            journal("east", pod("t.0", 10, 22, "succeeded", end_seen={"OpenAPI-Generator": 41.0})),
+            journal("west", pod("t.0", 30, 45, "deleted", "west")),
+        ],
+        [ti("t", 0, "success")],
+        [Expectation("t", 0, preemptible=True)],
+        silences=[Silence("east", None, 15, 40)],
+    )
+    assert result.duplicates == 0 and result.clean
+    assert [f.kind for f in result.findings if f.kind in ("moved", "duplicate")] == []
 
 
 def test_a_silence_is_no_excuse_for_a_task_that_is_not_preemptible() -> None:
