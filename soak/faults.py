@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from soak.clusters import ClusterError, Clusters
 from soak.deployment import Airflow
-from soak.load import NAMESPACE, TASK_LABEL, VAULT_NAMESPACE, Manifest, Profile
+from soak.load import CLUSTERS, NAMESPACE, TASK_LABEL, VAULT_NAMESPACE, Manifest, Profile
 
 if TYPE_CHECKING:
     from soak.testbed import TestbedGround
@@ -358,11 +358,15 @@ class Injector:
         self, record: FaultRecord, duration: float, cluster: str | None = None
     ) -> bool | None:
         """The busiest node (of ``cluster``, or of any) stops reporting for ``duration`` seconds."""
-        found = self._busiest(cluster)
+        found = self._busiest(cluster, shared=True)
         if found is None:
             return None
         cluster, node, count = found
-        self.clusters.fault(cluster, "node-not-ready", node=node)
+        try:
+            self.clusters.fault(cluster, "node-not-ready", node=node)
+        except Exception:  # not in force in time: the node is played again, and the fault counts as failed
+            self.clusters.fault(cluster, "node-ready", node=node)
+            raise
         self._end(record, duration, lambda: self.clusters.fault(cluster, "node-ready", node=node))
         record.target = f"{cluster}/{node}"
         record.detail = f"kubelet stops reporting for {duration:g}s with {count} soak pod(s) Running on it"
@@ -453,11 +457,17 @@ class Injector:
         return True
 
     # -- the test bed's real parts -------------------------------------------------------------------------
-    def _busiest(self, cluster: str | None = None) -> tuple[str, str, int] | None:
-        """(cluster, node, running pods of the load) of the node with most Running pods of the load."""
+    def _busiest(self, cluster: str | None = None, shared: bool = False) -> tuple[str, str, int] | None:
+        """(cluster, node, running pods of the load) of the node with most Running pods of the load;
+        ``shared``: only in clusters of more than one node. (A cluster whose every node stops reporting is
+        in full disruption: its node lifecycle controller, as Kubernetes does, taints no node for eviction
+        and assumes its own side is cut off, so a one-node cluster's node never becomes a lost node.)"""
+        nodes = {c["name"]: c["nodes"] for c in CLUSTERS}
         busy: dict[tuple[str, str], int] = {}
         for c, pod in self._running_pods():
             node = pod["spec"].get("nodeName")
+            if shared and nodes.get(c, 2) < 2:
+                continue
             if node and (cluster is None or c == cluster):
                 busy[(c, node)] = busy.get((c, node), 0) + 1
         if not busy:
@@ -513,7 +523,7 @@ class Injector:
         return True
 
     def _delete_node(self, record: FaultRecord, cluster: str | None = None) -> bool | None:
-        found = self._busiest(cluster)
+        found = self._busiest(cluster, shared=True)
         if found is None:
             return None
         cluster, node, count = found
