@@ -94,13 +94,15 @@ def testbed_schedule(profile: Profile, executor: str) -> list[Fault]:
     """Faults on the test bed's real parts (``fedsched testbed fault`` kinds) and on Airflow's processes."""
     grace = profile.unreachable_grace
     if profile.faults == "ci":
+        # Faults are applied one at a time and some take seconds to be in force (a restarted etcd, a
+        # tainted node): the ones that need a running or deferred task come first, while the load runs.
         return [
-            Fault(40, "stop-apiserver", {"seconds": round(grace * 0.6), "deferrable": False}),
-            Fault(60, "kill-supervisor"),
-            Fault(80, "kill-etcd", {"seconds": 20}),
-            Fault(100, "node-not-ready", {"duration": 40}),
-            Fault(120, "restart-triggerer"),
-            Fault(140, "mark-failed"),
+            Fault(35, "stop-apiserver", {"seconds": round(grace * 0.6), "deferrable": False}),
+            Fault(55, "kill-supervisor"),
+            Fault(65, "mark-failed"),
+            Fault(75, "restart-triggerer"),
+            Fault(90, "node-not-ready", {"duration": 40}),
+            Fault(105, "kill-etcd", {"seconds": 20}),
         ]
     faults = [
         Fault(0, "quota-fill", {"cluster": "south", "namespace": VAULT_NAMESPACE, "cpu": "2"}),

@@ -63,8 +63,8 @@ def test_the_ci_schedule_has_four_faults() -> None:
 def test_the_ci_schedule_on_the_test_bed_stops_an_api_server_under_a_non_deferrable_pod() -> None:
     faults = schedule(PROFILES["ci"], "local", "testbed")
     assert [f.kind for f in faults] == [
-        *("stop-apiserver", "kill-supervisor", "kill-etcd", "node-not-ready", "restart-triggerer"),
-        "mark-failed",
+        *("stop-apiserver", "kill-supervisor", "mark-failed", "restart-triggerer", "node-not-ready"),
+        "kill-etcd",
     ]
     assert faults[0].args == {"seconds": 18, "deferrable": False}
 
