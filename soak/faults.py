@@ -103,6 +103,7 @@ def testbed_schedule(profile: Profile, executor: str) -> list[Fault]:
             Fault(75, "restart-triggerer"),
             Fault(90, "node-not-ready", {"duration": 40}),
             Fault(105, "kill-etcd", {"seconds": 20}),
+            Fault(120, "restart-database", {"pause": 10}),
         ]
     faults = [
         Fault(0, "quota-fill", {"cluster": "south", "namespace": VAULT_NAMESPACE, "cpu": "2"}),

@@ -176,6 +176,8 @@ def soak(profile: Profile, executor: str, work: Path, ground: str = "testbed") -
             deadline = t0 + profile.deadline_minutes * 60
             state, last_progress = None, 0.0
             while time.monotonic() < deadline:
+                for revived in airflow.revive():
+                    log(f"t={time.monotonic() - t0:.0f}s restarted {revived}, as a process supervisor would")
                 state = airflow.run_state(DAG_ID, run_id)
                 if state in ("success", "failed"):
                     break
