@@ -177,6 +177,9 @@ class Injector:
         self.database = database
         """The metadata database's server (``soak.services.PostgresServer``), for ``restart-database``."""
         self.records: list[FaultRecord] = []
+        self._undos: list[tuple[threading.Timer, Callable[[], None]]] = []
+        self.silent: set[str] = set()
+        """Clusters whose API server a fault holds stopped (or whose etcd is dead): not read for targets."""
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._counter = 0
         self._stop = threading.Event()
@@ -226,6 +229,9 @@ class Injector:
                 action()
             except Exception as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
+        for timer, undo in self._undos:
+            timer.cancel()
+            undo()  # once only: a timer that already ran it left it done
 
     @property
     def applied(self) -> list[FaultRecord]:
@@ -250,11 +256,25 @@ class Injector:
         print(record.line(), flush=True)
 
     def _end(self, record: FaultRecord, after: float, undo: Callable[[], object]) -> None:
+        """Undo the fault ``after`` seconds from now, on a timer of its own: a fault that looks for a
+        target (and may wait on a silent cluster) must not hold a stopped API server stopped longer."""
+        done = threading.Event()
+
         def run() -> None:
-            undo()
+            with self._lock:
+                if done.is_set():
+                    return
+                done.set()
+            try:
+                undo()
+            except Exception as exc:
+                self.errors.append(f"undoing {record.kind} {record.target}: {type(exc).__name__}: {exc}")
             record.ended_at = self.now()
 
-        self._at(self.now() + after, run)
+        timer = threading.Timer(after, run)
+        timer.daemon = True
+        self._undos.append((timer, run))
+        timer.start()
 
     def _fail(self, record: FaultRecord, cluster: str, status: int, times: int) -> bool:
         self.clusters.fault(cluster, "fail", status=status, times=times)
@@ -332,6 +352,8 @@ class Injector:
     ) -> list[tuple[str, dict[str, Any]]]:
         out = []
         for cluster in self.clusters.names:
+            if cluster in self.silent:
+                continue
             try:
                 pods = self.clusters.pods(cluster, selector=TASK_LABEL)
             except ClusterError:
@@ -499,7 +521,13 @@ class Injector:
                 f"; {kind}task {ti['task_id']}[{ti['map_index']}]'s pod {pod['metadata']['name']} runs there"
             )
         self.clusters.fault(cluster, "pause-apiserver")
-        self._end(record, seconds, lambda: self.clusters.fault(cluster, "resume-apiserver"))
+        self.silent.add(cluster)
+
+        def resume() -> None:
+            self.clusters.fault(cluster, "resume-apiserver")
+            self.silent.discard(cluster)
+
+        self._end(record, seconds, resume)
         record.target = cluster
         record.detail = f"kube-apiserver SIGSTOPped for {seconds:g}s ({self._relation(seconds)}){why}"
         return True
@@ -513,7 +541,13 @@ class Injector:
                 return None
             cluster = found[0]
         self.clusters.fault(cluster, "kill-etcd")
-        self._end(record, seconds, lambda: self.clusters.fault(cluster, "restart-etcd"))
+        self.silent.add(cluster)
+
+        def restart() -> None:
+            self.clusters.fault(cluster, "restart-etcd")
+            self.silent.discard(cluster)
+
+        self._end(record, seconds, restart)
         record.target = cluster
         record.detail = f"etcd SIGKILLed, started again over its data after {seconds:g}s"
         return True

@@ -10,7 +10,9 @@ the load (as the admin, over HTTPS), each member's journal (rebuilt from its API
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from airflow_provider_fedsched.testbed.control import FaultRefused, FederationFa
 from soak import auditlog
 from soak.clusters import ClusterError
 
+SIGNALS = ("pause-apiserver", "resume-apiserver", "pause-scheduler", "resume-scheduler", "kill-etcd")
 READ_TIMEOUT = (3.0, 10.0)
 """The soak's own reads (fault targets, what is left): a paused API server must not hang the soak."""
 
@@ -41,6 +44,7 @@ class TestbedGround:
         self.faults: FederationFaults | None = None
         self.process = None
         self.urls: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -164,10 +168,14 @@ class TestbedGround:
         if kind == "evict":  # kwok plays the kubelet's node-pressure eviction
             self.fed.handles[cluster].faults.evict_pod(args["namespace"], args["name"])
             return f"{cluster}: pod {args['namespace']}/{args['name']} evicted"
-        try:
-            return self.faults.apply(cluster, kind, {k: str(v) for k, v in args.items()})
-        except FaultRefused as exc:
-            raise ClusterError(str(exc)) from None
+        # The test bed's faults expect one caller at a time (its state file is rewritten by some); a signal
+        # to one process (a stop, a resume, a kill) may go at once, so that a resume is never held back.
+        signal_only = kind in SIGNALS
+        with contextlib.nullcontext() if signal_only else self._lock:
+            try:
+                return self.faults.apply(cluster, kind, {k: str(v) for k, v in args.items()})
+            except FaultRefused as exc:
+                raise ClusterError(str(exc)) from None
 
     def create(self, cluster: str, namespace: str, plural: str, body: dict[str, Any]) -> Any:
         """A ResourceQuota (returns once enforced) or a pod, as the admin (another team)."""
