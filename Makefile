@@ -81,7 +81,8 @@ soak: soak-install testbed
 		$(SOAK_VENV)/bin/python -m soak --ground testbed --profile full --executor $$executor || rc=1; done; exit $$rc
 
 # The CI-sized soak on the test bed: 42 tasks (two of them 3-pod gang Jobs), LocalExecutor on PostgreSQL,
-# six faults (a kube-apiserver SIGSTOPped under a non-deferrable task's pod, etcd killed, a node NotReady...).
+# seven faults (a kube-apiserver SIGSTOPped under a non-deferrable task's pod, etcd killed, a node NotReady,
+# the metadata database restarted...).
 soak-ci: soak-install testbed
 	$(SOAK_VENV)/bin/python -m soak --ground testbed --profile ci --executor local
 
