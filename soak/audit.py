@@ -201,6 +201,10 @@ class Audit:
     sovereignty_violations: int = 0
     overcommits: int = 0
     unexplained: int = 0
+    failed_by_fault: int = 0
+    """Unexplained failures of tasks none of whose pods sat in a cluster (or on a node) that a fault
+    kept silent for longer than ``unreachable_grace``: the cluster came back within the grace, so the
+    contract says the task should have carried on (goal 0; counted in ``unexplained`` too)."""
     pods: int = 0
     findings: list[Finding] = field(default_factory=list)
 
@@ -217,11 +221,12 @@ class Audit:
             and not self.unexplained
         )
 
-    def summary(self, executor: str, faults: int, minutes: float) -> str:
+    def summary(self, executor: str, faults: int, minutes: float, ground: str = "sim") -> str:
         return (
-            f"soak: executor={executor} tasks={self.tasks} succeeded={self.succeeded} failed={self.failed} "
-            f"lost={self.lost} duplicates={self.duplicates} leaked={self.leaked} "
-            f"sovereignty_violations={self.sovereignty_violations} faults={faults} minutes={minutes:.1f}"
+            f"soak: executor={executor} ground={ground} tasks={self.tasks} succeeded={self.succeeded} "
+            f"failed={self.failed} lost={self.lost} duplicates={self.duplicates} leaked={self.leaked} "
+            f"sovereignty_violations={self.sovereignty_violations} failed_by_fault={self.failed_by_fault} "
+            f"faults={faults} minutes={minutes:.1f}"
         )
 
     def lines(self) -> list[str]:
@@ -276,13 +281,17 @@ def audit(
     now: float | None = None,
     origin: float = 0.0,
     silences: Iterable[Silence] = (),
+    grace: float | None = None,
 ) -> Audit:
     """Audit one run. ``journals``: each cluster's journal report (``pods`` and ``nodes``);
     ``task_instances``: Airflow's REST API view (``task_id``, ``map_index``, ``state``, ``try_number``);
     ``key_of``: a pod's task from its labels (None: not the load's); ``marked_failed``: tasks a fault
     marked failed; ``logs``: a task's last try's log (to quote why it failed); ``origin``: time zero of
-    the times printed; ``silences``: when the faults kept a cluster's API or a node from answering."""
+    the times printed; ``silences``: when the faults kept a cluster's API or a node from answering;
+    ``grace``: the load's ``unreachable_grace`` (a failure behind a longer silence is no
+    ``failed_by_fault``)."""
     result = Audit()
+    silences = list(silences)
     expected = {e.key: e for e in expectations}
     result.tasks = len(expected)
     runs: dict[TaskKey, list[PodRun]] = {key: [] for key in expected}
@@ -298,7 +307,7 @@ def audit(
                     f"{journal.get('cluster')}/{name} at {float(event['at']) - origin:.0f}s: "
                     f"{event['resources']} held by {', '.join(event['pods'])}",
                 )
-        for entry in journal.get("pods") or []:
+        for entry in gangs(journal.get("pods") or []):
             run = PodRun.from_journal(entry)
             key = key_of(run.labels)
             if key is None:
@@ -359,6 +368,12 @@ def audit(
             explanation = _explain(exp, pods, key in marked, regions, allowed_regions, log)
             if explanation is None:
                 result.unexplained += 1
+                excused = grace is not None and any(
+                    s.end - s.start > grace and p.cluster == s.cluster and s.node in (None, p.node)
+                    for s in silences
+                    for p in pods
+                )
+                result.failed_by_fault += not excused
                 said = _last_error(log)
                 ran = "; ".join(p.describe(origin) for p in pods) or "no pod"
                 result.add("unexplained", key, f"failed; pods: {ran}" + (f"; log: {said}" if said else ""))
@@ -368,6 +383,55 @@ def audit(
             result.lost += 1
             result.add("lost", key, f"ended in state {state!r}" if ti else "no task instance in Airflow")
     return result
+
+
+JOB_UID = "batch.kubernetes.io/controller-uid"
+
+
+def gangs(entries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Journal entries with each Job's pods as one entry: a gang is one copy of its task's work, which
+    ran when its first pod started, ended when its last pod ended, succeeded when all of its pods did,
+    and is gone when all of them are (a node per pod, in ``node``)."""
+    out: list[Mapping[str, Any]] = []
+    jobs: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in entries:
+        uid = (entry.get("labels") or {}).get(JOB_UID)
+        if uid:
+            jobs.setdefault(str(uid), []).append(entry)
+        else:
+            out.append(entry)
+    for uid, pods in jobs.items():
+        first = pods[0]
+        starts = [p["started_at"] for p in pods if p.get("started_at") is not None]
+        ends = [p.get("ended_at") for p in pods]
+        outcomes = {p.get("outcome") for p in pods}
+        out.append(
+            {
+                **first,
+                "name": (first.get("labels") or {}).get("batch.kubernetes.io/job-name", first["name"])
+                + f" (Job, {len(pods)} pods)",
+                "uid": uid,
+                "node": ",".join(sorted({str(p.get("node") or "-") for p in pods})),
+                "created_at": min(float(p["created_at"]) for p in pods),
+                "started_at": min(starts) if starts else None,
+                "ended_at": max(e for e in ends if e is not None) if None not in ends else None,
+                "removed_at": (
+                    None
+                    if any(p.get("removed_at") is None for p in pods)
+                    else max(float(p["removed_at"]) for p in pods)
+                ),
+                "outcome": "succeeded" if outcomes == {"succeeded"} else next(iter(outcomes - {"succeeded"})),
+                "exit_code": next(
+                    (p["exit_code"] for p in pods if p.get("exit_code")), first.get("exit_code")
+                ),
+                "running": any(p.get("running") for p in pods),
+                "end_seen": {
+                    agent: max(float(p.get("end_seen", {}).get(agent, float("inf"))) for p in pods)
+                    for agent in set().union(*(p.get("end_seen") or {} for p in pods))
+                },
+            }
+        )
+    return out
 
 
 def _epoch(value: Any) -> float | None:

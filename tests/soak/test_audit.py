@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_fedsched.sim import SimFederation, wait_for
-from soak.audit import Expectation, Silence, TaskKey, audit
+from soak.audit import JOB_UID, Expectation, Silence, TaskKey, audit, gangs
 from soak.clusters import Clusters
 from soak.run import key_of
 
@@ -73,6 +73,7 @@ def run_audit(
     marked: list[TaskKey] = (),  # type: ignore[assignment]
     logs: Mapping[TaskKey, str] | None = None,
     silences: list[Silence] = (),  # type: ignore[assignment]
+    grace: float | None = None,
 ) -> Any:
     return audit(
         journals,
@@ -84,6 +85,7 @@ def run_audit(
         marked_failed=marked,
         logs=(lambda key: (logs or {}).get(key, "")),
         silences=silences,
+        grace=grace,
     )
 
 
@@ -105,9 +107,10 @@ def test_a_clean_run_counts_every_success() -> None:
     )
     assert result.clean
     assert result.summary("local", 3, 4.25) == (
-        "soak: executor=local tasks=2 succeeded=2 failed=0 lost=0 duplicates=0 leaked=0 "
-        "sovereignty_violations=0 faults=3 minutes=4.2"
+        "soak: executor=local ground=sim tasks=2 succeeded=2 failed=0 lost=0 duplicates=0 leaked=0 "
+        "sovereignty_violations=0 failed_by_fault=0 faults=3 minutes=4.2"
     )
+    assert "ground=testbed " in result.summary("local", 3, 4.25, "testbed")
 
 
 def test_two_pods_that_both_succeeded_are_a_duplicate_even_when_preemptible() -> None:
@@ -317,6 +320,54 @@ def test_a_pod_running_long_after_its_task_ended_is_reported_but_does_not_fail_t
     (outlived,) = [f for f in result.findings if f.kind == "outlived"]
     assert outlived.task == ("m", 0) and "ran 400s past the task's end (failed)" in outlived.text
     assert result.clean
+
+
+def test_an_unexplained_failure_is_failed_by_fault_unless_a_silence_past_the_grace_hid_its_pod() -> None:
+    result = run_audit(
+        [
+            journal("east", pod("short.0", 10, 20, "failed", exit_code=1)),
+            journal("west", pod("short.0", 30, 40, "failed", "west", exit_code=1)),
+            journal("north", pod("long.0", 10, 20, "failed", "north", exit_code=1)),
+        ],
+        [ti("short", 0, "failed"), ti("long", 0, "failed")],
+        [Expectation("short", 0), Expectation("long", 0)],
+        silences=[Silence("west", None, 35, 50), Silence("north", "north-n1", 15, 100)],
+        grace=30,
+    )
+    # "long" had a pod on a node silent for 85 s (past the 30 s grace); "short"'s silences were within it.
+    assert (result.unexplained, result.failed_by_fault) == (2, 1)
+    assert "failed_by_fault=1 " in result.summary("local", 2, 1.0)
+
+
+def gang_pod(key: str, job: str, index: int, start: float, end: float, outcome: str) -> dict[str, Any]:
+    found = pod(key, start, end, outcome, name=f"{job}-{index}")
+    found["uid"] = f"{job}-{index}"
+    found["node"] = f"east-n{index}"
+    found["labels"] = {LABEL: key, JOB_UID: f"uid-{job}", "batch.kubernetes.io/job-name": job}
+    return found
+
+
+def test_a_gang_jobs_pods_are_one_copy_of_the_work_and_two_gangs_that_succeeded_are_a_duplicate() -> None:
+    one = [gang_pod("g.0", "g-a", i, 10 + i, 40 + i, "succeeded") for i in range(3)]
+    (entry,) = gangs(one)
+    assert (entry["started_at"], entry["ended_at"], entry["outcome"]) == (10, 42, "succeeded")
+    assert entry["node"] == "east-n0,east-n1,east-n2" and entry["name"] == "g-a (Job, 3 pods)"
+    result = run_audit([journal("east", *one)], [ti("g", 0, "success")], [Expectation("g", 0)])
+    assert (result.succeeded, result.duplicates, result.pods) == (1, 0, 1)
+    # A gang with one pod that failed is a failed copy; a second gang after it is a retry, no duplicate.
+    failed = [gang_pod("g.1", "g-b", 0, 10, 20, "succeeded"), gang_pod("g.1", "g-b", 1, 10, 15, "failed")]
+    again = [gang_pod("g.1", "g-c", i, 50, 60, "succeeded") for i in range(2)]
+    twice = [gang_pod("g.2", "g-d", i, 10, 20, "succeeded") for i in range(2)] + [
+        gang_pod("g.2", "g-e", i, 30, 40, "succeeded") for i in range(2)
+    ]
+    result = run_audit(
+        [journal("east", *failed, *again, *twice)],
+        [ti("g", 1, "success"), ti("g", 2, "success")],
+        [Expectation("g", 1), Expectation("g", 2)],
+    )
+    (duplicate,) = [f for f in result.findings if f.kind == "duplicate"]
+    assert duplicate.task == ("g", 2) and "g-d (Job, 2 pods)" in duplicate.text
+    assert result.duplicates == 1
 
 
 @pytest.mark.integration
