@@ -1,10 +1,10 @@
-"""``fedsched place``: ask the federation engine where a task would go, from a spec and a snapshot file
-(or snapshots read now, with ``--live``)."""
+"""``fedsched place``: ask the placement cycle where a task would go, from a spec and a snapshot file
+(or snapshots read now, with ``--live``): the answer a task gets from the same inputs, nothing held."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,13 +24,17 @@ from airflow_provider_fedsched.cli._common import (
     print_json,
 )
 from airflow_provider_fedsched.federation import (
+    Decision,
     FederationEngine,
+    FederationSpec,
+    PolicySpec,
     QuantityError,
     SpecError,
     TaskRequest,
     Toleration,
     parse_resource_list,
 )
+from airflow_provider_fedsched.federation.cycle import WHAT_IF, FixedState, PlacementCycle
 
 _FUTURE_TOLERANCE = timedelta(hours=1)
 """How far past this machine's clock a saved snapshot's observed_at may be (clock skew between machines)."""
@@ -142,6 +146,24 @@ def _weights(items: Sequence[str]) -> dict[str, Any]:
     return {"weights": weights} if weights else {}
 
 
+WHAT_IF_PLACEMENT = "what-if"
+"""The placement id of a what-if (nothing is held under it)."""
+
+
+def what_if(
+    spec: FederationSpec,
+    request: TaskRequest,
+    state: FixedState,
+    policy: PolicySpec | None = None,
+    forecast: Mapping[str, float] | None = None,
+) -> Decision:
+    """Where the task would go given ``state``: the placement cycle a task runs (cooldown retry, hard
+    quotas, the impossible verdict), with a ledger that holds nothing."""
+    return PlacementCycle(FederationEngine(spec), state, WHAT_IF).place(
+        request, WHAT_IF_PLACEMENT, policy=policy, forecast=forecast
+    )
+
+
 def run_place(args: argparse.Namespace) -> int:
     if args.live == (args.snapshots is not None):
         raise UsageError("give either --snapshots SNAP.yaml or --live (read the clusters now)")
@@ -174,13 +196,8 @@ def run_place(args: argparse.Namespace) -> int:
     check_clusters(spec, forecast or {}, "--forecast")
     cooldowns = {name: now + timedelta(seconds=policy.cooldown_seconds) for name in args.cooldown or []}
     try:
-        decision = FederationEngine(spec).decide(
-            request,
-            snapshots,
-            now=now,
-            cooldowns=cooldowns,
-            forecast=forecast,
-            policy=policy,
+        decision = what_if(
+            spec, request, FixedState.of(spec, snapshots, now, cooldowns=cooldowns), policy, forecast
         )
     except SpecError as exc:
         raise UsageError(str(exc)) from None

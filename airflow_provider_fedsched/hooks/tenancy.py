@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_fedsched.federation.cycle import budget_periods, snapshot_usage, tenant_inputs
 from airflow_provider_fedsched.federation.plugins.tenancy import (
     fair_share_text,
     room_taken,
@@ -51,14 +52,6 @@ def _stored(hook: HookParts) -> dict[str, ClusterSnapshot]:
     return {c.name: s for c in hook.spec.clusters if (s := hook.stored_snapshot(c.name)) is not None}
 
 
-def snapshot_usage(snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, ResourceList]:
-    usage: dict[str, ResourceList] = {}
-    for snapshot in snapshots.values():
-        for tenant, amounts in snapshot.tenants.items():
-            usage[tenant] = add(usage.get(tenant, {}), amounts)
-    return usage
-
-
 def inputs(
     hook: HookParts,
     snapshots: Mapping[str, ClusterSnapshot],
@@ -71,32 +64,15 @@ def inputs(
     spec = hook.spec
     if not spec.tenants:
         return None
-    usage = snapshot_usage(snapshots)
-    for name, held in pending.items():
-        for _, _, requests in held:
-            usage[name] = add(usage.get(name, {}), tenant_demand(requests))
-    borrowed: dict[str, ResourceList] = {}
-    for tenant in spec.tenants:
-        over = {
-            name: used - tenant.quota_units[name]
-            for name, used in usage.get(tenant.name, {}).items()
-            if name in tenant.quota_units and used > tenant.quota_units[name]
-        }
-        if over:
-            borrowed[tenant.name] = over
-    starts = {t.name: period_start(t.budget.period, now) for t in spec.tenants if t.budget is not None}
+    starts = budget_periods(spec, now)
     spent, moved = hook.state.spend.totals(starts, now) if starts else ({}, {})
-    capacity: ResourceList = {}
-    for snapshot in snapshots.values():
-        if snapshot.reachable:
-            capacity = add(capacity, snapshot.index.total_allocatable)
-    return TenantInputs(
-        usage=usage,
-        borrowed=borrowed,
-        waiting=tuple(hook.state.waiting.current(now) if waiting is None else waiting),
+    return tenant_inputs(
+        spec,
+        snapshots,
+        pending,
+        waiting=hook.state.waiting.current(now) if waiting is None else waiting,
         spent=spent,
         egress_gb=moved,
-        capacity=capacity,
     )
 
 
@@ -297,20 +273,3 @@ def summary(hook: HookParts, now: datetime) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def taken(decision: Decision, reason: str) -> Decision:
-    """The placed ``decision`` turned into a wait: the tenant's quota went to concurrent placements."""
-    from dataclasses import replace
-
-    from airflow_provider_fedsched.federation.decision import Rejection
-
-    chosen = str(decision.cluster)
-    return replace(
-        decision,
-        outcome="wait",
-        cluster=None,
-        candidates=[],
-        rejected=[*decision.rejected, Rejection(chosen, "TenantQuota", reason)],
-        reason=f"wait: {reason}",
-    )
