@@ -26,7 +26,6 @@ from airflow_provider_fedsched.cli._common import (
 from airflow_provider_fedsched.federation import (
     Decision,
     FederationEngine,
-    FederationSpec,
     PolicySpec,
     QuantityError,
     SpecError,
@@ -34,7 +33,7 @@ from airflow_provider_fedsched.federation import (
     Toleration,
     parse_resource_list,
 )
-from airflow_provider_fedsched.federation.cycle import WHAT_IF, FixedState, PlacementCycle
+from airflow_provider_fedsched.federation.cycle import FixedState
 
 _FUTURE_TOLERANCE = timedelta(hours=1)
 """How far past this machine's clock a saved snapshot's observed_at may be (clock skew between machines)."""
@@ -151,15 +150,14 @@ WHAT_IF_PLACEMENT = "what-if"
 
 
 def what_if(
-    spec: FederationSpec,
     request: TaskRequest,
     state: FixedState,
     policy: PolicySpec | None = None,
     forecast: Mapping[str, float] | None = None,
 ) -> Decision:
     """Where the task would go given ``state``: the placement cycle a task runs (cooldown retry, hard
-    quotas, the impossible verdict), with a ledger that holds nothing."""
-    return PlacementCycle(FederationEngine(spec), state, WHAT_IF).place(
+    quotas, the impossible verdict, the tenant's permit), holding nothing."""
+    return state.cycle(FederationEngine(state.spec)).place(
         request, WHAT_IF_PLACEMENT, policy=policy, forecast=forecast
     )
 
@@ -197,7 +195,7 @@ def run_place(args: argparse.Namespace) -> int:
     cooldowns = {name: now + timedelta(seconds=policy.cooldown_seconds) for name in args.cooldown or []}
     try:
         decision = what_if(
-            spec, request, FixedState.of(spec, snapshots, now, cooldowns=cooldowns), policy, forecast
+            request, FixedState.of(spec, snapshots, now, cooldowns=cooldowns), policy, forecast
         )
     except SpecError as exc:
         raise UsageError(str(exc)) from None

@@ -24,7 +24,7 @@ placement is more than that, as the kube-scheduler's framework is more than its 
    pods) for the next cycle.
 
 Pure: the ports are protocols; the hook implements them over shared state and the member clusters'
-ledgers (``hooks/ports.py``), the what-if (:class:`FixedState`, :data:`WHAT_IF`) over given inputs.
+ledgers (``hooks/ports.py``), the what-if over given records (:class:`FixedState`, holding nothing).
 """
 
 from __future__ import annotations
@@ -37,18 +37,22 @@ from typing import Protocol
 from airflow_provider_fedsched.federation.costs import decision_costs
 from airflow_provider_fedsched.federation.decision import Decision, Rejection
 from airflow_provider_fedsched.federation.engine import FederationEngine
-from airflow_provider_fedsched.federation.plugins.tenancy import tenant_demand
+from airflow_provider_fedsched.federation.plugins.tenancy import (
+    fair_share_text,
+    room_taken,
+    tenant_demand,
+    waiting_ahead,
+)
 from airflow_provider_fedsched.federation.request import TaskRequest
-from airflow_provider_fedsched.federation.resources import ResourceList, add
+from airflow_provider_fedsched.federation.resources import ResourceList, add, subtract
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec
-from airflow_provider_fedsched.federation.tenancy import TenantInputs, WaitingTask, period_start
+from airflow_provider_fedsched.federation.tenancy import TenantInputs, TenantSpec, WaitingTask, period_start
 
 __all__ = [
     "COOLDOWN_PLUGIN",
     "LEDGER_FULL",
     "QUOTA_PLUGIN",
-    "WHAT_IF",
     "FederationView",
     "FixedState",
     "Ledger",
@@ -59,9 +63,11 @@ __all__ = [
     "answered_since",
     "budget_periods",
     "in_flight_of",
+    "permit_checks",
     "snapshot_usage",
     "taken",
     "tenant_inputs",
+    "tenant_permit",
 ]
 
 COOLDOWN_PLUGIN = "Cooldown"
@@ -317,6 +323,121 @@ def taken(decision: Decision, reason: str) -> Decision:
     )
 
 
+# The permit rule ------------------------------------------------------------------------------------------
+def permit_checks(
+    spec: FederationSpec, request: TaskRequest, cluster: str, waiting: Sequence[WaitingTask]
+) -> tuple[bool, bool]:
+    """Whether a placement on ``cluster`` must be permitted by the tenant's quota and by fair share:
+    ``(False, False)`` needs no read-back of the holds."""
+    if request.tenant is None or not spec.tenants:
+        return False, False
+    tenant = spec.tenant(request.tenant)
+    # Borrowing is judged by the decision; a borrowed pod is given back when needed.
+    check_quota = bool(tenant.quota_units) and not (tenant.reclaimable and request.preemptible)
+    check_share = any(w.tenant != tenant.name and cluster in w.clusters for w in waiting)
+    return check_quota, check_share
+
+
+def tenant_permit(
+    spec: FederationSpec,
+    request: TaskRequest,
+    placement_id: str,
+    cluster: str,
+    snapshots: Mapping[str, ClusterSnapshot],
+    holds: Sequence[Pending],
+    *,
+    waiting: Sequence[WaitingTask] = (),
+    spent: Mapping[str, float] | None = None,
+    egress_gb: Mapping[str, float] | None = None,
+) -> str | None:
+    """After holding ``placement_id`` on ``cluster``, with every hold now visible (``holds``, oldest
+    first, by time then placement id, this one among them): None when, counting every reservation held
+    before it, the tenant stays within its quota and the request still leaves a more under-served
+    tenant's waiting tasks their room there; else the reason (the cycle releases the hold and waits)."""
+    check_quota, check_share = permit_checks(spec, request, cluster, waiting)
+    if not (check_quota or check_share):
+        return None
+    tenant = spec.tenant(str(request.tenant))
+    _, _, pending = in_flight_of(holds)
+    if check_quota:
+        over = _over_quota(tenant, pending, snapshots, placement_id)
+        if over is not None:
+            return over
+    if check_share:
+        earlier = _held_before(holds, cluster, placement_id)
+        # Shares as the decision judged them (without this placement's own hold), next to the holds of
+        # the others: counting its own hold, a tenant level with a waiting one would fall behind it and
+        # be refused by the very placement its decision allowed, at every try.
+        others = {name: [e for e in held if e[1] != placement_id] for name, held in pending.items()}
+        tenancy = tenant_inputs(spec, snapshots, others, waiting=waiting, spent=spent, egress_gb=egress_gb)
+        return _room_taken(spec, tenant, request, cluster, snapshots.get(cluster), earlier, tenancy)
+    return None
+
+
+def _held_before(holds: Iterable[Pending], cluster: str, placement_id: str) -> list[Pending] | None:
+    """The holds on ``cluster`` ordered before ``placement_id`` (``holds`` oldest first); None when that
+    one is not among them."""
+    earlier: list[Pending] = []
+    for hold in holds:
+        if hold.cluster != cluster:
+            continue
+        if hold.placement_id == placement_id:
+            return earlier
+        earlier.append(hold)
+    return None
+
+
+def _over_quota(
+    tenant: TenantSpec,
+    pending: Mapping[str, Sequence[tuple[datetime, str, ResourceList]]],
+    snapshots: Mapping[str, ClusterSnapshot],
+    placement_id: str,
+) -> str | None:
+    quota = tenant.quota_units
+    usage = snapshot_usage(snapshots).get(tenant.name, {})
+    for _, held_id, requests in pending.get(tenant.name, []):
+        usage = add(usage, tenant_demand(requests))
+        if held_id == placement_id:
+            break
+    else:
+        return None  # our hold is not visible: nothing to compare against (it was seen and released)
+    over = sorted(name for name, limit in quota.items() if usage.get(name, 0) > limit)
+    if not over:
+        return None
+    name = over[0]
+    return (
+        f"{tenant.name}'s quota of {quota[name]} {name} was taken by placements of other workers "
+        f"made at the same time"
+    )
+
+
+def _room_taken(
+    spec: FederationSpec,
+    tenant: TenantSpec,
+    request: TaskRequest,
+    cluster: str,
+    snapshot: ClusterSnapshot | None,
+    earlier: Sequence[Pending] | None,
+    tenancy: TenantInputs | None,
+) -> str | None:
+    """Fair share judged again with the holds other workers made on ``cluster`` before this one
+    (``earlier``). This tenant's own earlier holds are no reason the waiting tasks no longer fit (they may
+    be the very placements that took their room at the same time); every earlier hold counts against the
+    room left."""
+    if snapshot is None or earlier is None or tenancy is None:
+        return None  # our hold is not visible (seen and released), or nothing to judge against
+    free = room = snapshot.index.total_free
+    for hold in earlier:
+        free = subtract(free, hold.requests)
+        if hold.tenant != tenant.name:
+            room = subtract(room, hold.requests)
+    items = tuple(sorted(request.resources.items()))
+    other = room_taken(waiting_ahead(spec, tenant, tenancy, items), cluster, free, room)
+    if other is None:
+        return None
+    return f"{fair_share_text(other)}; placements of other workers made at the same time took the rest"
+
+
 # The inputs, from records --------------------------------------------------------------------------------
 ByTenant = dict[str, list[tuple[datetime, str, ResourceList]]]
 """Tenant -> its pending reservations as ``(at, placement id, requests)``, oldest first."""
@@ -398,11 +519,16 @@ def budget_periods(spec: FederationSpec, now: datetime) -> dict[str, datetime]:
 # The what-if ports ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FixedState:
-    """A :class:`StateView` over given inputs: a snapshot file, the replay's own model, a plan's view."""
+    """The ports of a what-if over given records (a snapshot file, the replay's own model, a plan's view):
+    a :class:`StateView` of them, and a :class:`Ledger` that holds nothing and permits as the run-time
+    ledger would with this placement held after ``holds``."""
 
+    spec: FederationSpec
     inputs: FederationView
     quotas: Mapping[str, Mapping[str, ResourceList]] = field(default_factory=dict)
     """Cluster -> namespace -> hard quota limits."""
+    holds: tuple[Pending, ...] = ()
+    """The reservations still pending, oldest first (what the permit reads back)."""
 
     @classmethod
     def of(
@@ -419,6 +545,7 @@ class FixedState:
         quotas: Mapping[str, Mapping[str, ResourceList]] | None = None,
     ) -> FixedState:
         """The inputs from records: ``holds`` are the reservations still pending (oldest first)."""
+        holds = tuple(holds)
         reservations, in_flight, by_tenant = in_flight_of(holds)
         tenancy = tenant_inputs(spec, snapshots, by_tenant, waiting=waiting, spent=spent, egress_gb=egress_gb)
         view = FederationView(
@@ -429,18 +556,20 @@ class FixedState:
             tenancy=tenancy,
             in_flight=in_flight,
         )
-        return cls(view, dict(quotas or {}))
+        return cls(spec, view, dict(quotas or {}), holds)
 
+    def cycle(self, engine: FederationEngine) -> PlacementCycle:
+        """The placement cycle over these records, holding nothing."""
+        return PlacementCycle(engine, self, self)
+
+    # StateView
     def view(self, clusters: Sequence[str], namespace: str | None, now: datetime | None) -> FederationView:
         return self.inputs if now is None else replace(self.inputs, now=now)
 
     def hard_quotas(self, cluster: str) -> Mapping[str, ResourceList]:
         return self.quotas.get(cluster, {})
 
-
-class _WhatIfLedger:
-    """Holds nothing, refuses nothing: the answer of a cycle that only asks."""
-
+    # Ledger
     def reserve(
         self,
         cluster: str,
@@ -454,7 +583,20 @@ class _WhatIfLedger:
     def permit(
         self, request: TaskRequest, placement_id: str, cluster: str, now: datetime | None
     ) -> str | None:
-        return None
+        inputs = self.inputs
+        tenancy = inputs.tenancy or TenantInputs()
+        held = _Held(now or inputs.now, placement_id, cluster, request.tenant, dict(request.resources))
+        return tenant_permit(
+            self.spec,
+            request,
+            placement_id,
+            cluster,
+            inputs.snapshots,
+            sorted([*self.holds, held], key=lambda h: (h.at, h.placement_id)),
+            waiting=tenancy.waiting,
+            spent=tenancy.spent,
+            egress_gb=tenancy.egress_gb,
+        )
 
     def release(self, cluster: str, placement_id: str) -> None:
         return None
@@ -463,5 +605,12 @@ class _WhatIfLedger:
         return None
 
 
-WHAT_IF: Ledger = _WhatIfLedger()
-"""The ledger of a what-if (``fedsched place``, the planner, the replay): the decision, nothing held."""
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """The what-if's own placement, as the run-time ledger would hold it."""
+
+    at: datetime
+    placement_id: str
+    cluster: str
+    tenant: str | None
+    requests: ResourceList

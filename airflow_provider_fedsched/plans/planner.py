@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from airflow_provider_fedsched.federation.cycle import WHAT_IF, FederationView, FixedState, PlacementCycle
+from airflow_provider_fedsched.federation.cycle import FederationView, FixedState
 from airflow_provider_fedsched.federation.plan import Plan, plan_from_decision
 from airflow_provider_fedsched.hooks.planning import idle_forecast
 
@@ -184,7 +184,7 @@ def compute_plans(
                     view.inputs,
                     cooldowns={c: until for c, until in cooldowns.items() if until > run_after},
                 )
-                cycle = PlacementCycle(view.hook.engine, FixedState(inputs, view.quotas), WHAT_IF)
+                cycle = FixedState(view.hook.spec, inputs, view.quotas).cycle(view.hook.engine)
                 decision = cycle.decide(request, forecast=forecast, policy=policy)
                 plan = plan_from_decision(
                     decision,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from airflow_provider_fedsched.federation import ClusterSnapshot, FederationEngine, TaskRequest, Toleration
-from airflow_provider_fedsched.federation.cycle import WHAT_IF, FederationView, FixedState, PlacementCycle
+from airflow_provider_fedsched.federation.cycle import FederationView, FixedState
 from airflow_provider_fedsched.replay.cluster import (
     USAGE_MARGIN,
     ClusterState,
@@ -282,8 +282,10 @@ class _Replay:
         cooling = {n: EPOCH + timedelta(seconds=u) for n, u in self.cooldowns.items() if u > self.now}
         # The placement cycle a task runs (cooldown retry, the impossible verdict), over the replay's view.
         inputs = FederationView(snapshots, cooling, {}, now, in_flight=in_flight)
-        decision = PlacementCycle(self.engine, FixedState(inputs), WHAT_IF).decide(
-            request, exclude=excluded, forecast=forecast
+        decision = (
+            FixedState(self.spec, inputs)
+            .cycle(self.engine)
+            .decide(request, exclude=excluded, forecast=forecast)
         )
         self.ledger.decisions += 1
         if decision.outcome == "placed":
