@@ -28,6 +28,7 @@ from airflow_provider_fedsched.federation import (
     FederationEngine,
     PolicySpec,
     QuantityError,
+    ResourceList,
     SpecError,
     TaskRequest,
     Toleration,
@@ -166,8 +167,10 @@ def run_place(args: argparse.Namespace) -> int:
     if args.live == (args.snapshots is not None):
         raise UsageError("give either --snapshots SNAP.yaml or --live (read the clusters now)")
     spec = load_federation(args.federation)
+    # Read live: each member's hard quota limits per namespace (a request above one is "never").
+    quotas: dict[str, dict[str, ResourceList]] = {}
     if args.live:
-        snapshots = live_snapshots(spec, args.kubeconfig, args.timeout)
+        snapshots = live_snapshots(spec, args.kubeconfig, args.timeout, quotas)
     else:
         snapshots = load_snapshot_file(args.snapshots)
     request = build_request(args)
@@ -194,9 +197,8 @@ def run_place(args: argparse.Namespace) -> int:
     check_clusters(spec, forecast or {}, "--forecast")
     cooldowns = {name: now + timedelta(seconds=policy.cooldown_seconds) for name in args.cooldown or []}
     try:
-        decision = what_if(
-            request, FixedState.of(spec, snapshots, now, cooldowns=cooldowns), policy, forecast
-        )
+        state = FixedState.of(spec, snapshots, now, cooldowns=cooldowns, quotas=quotas)
+        decision = what_if(request, state, policy, forecast)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
