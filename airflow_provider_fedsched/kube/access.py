@@ -44,6 +44,11 @@ class MissingConnection(ClusterAccessError):
         super().__init__(cluster, conn_id, "connection does not exist")
 
 
+class MalformedConnection(ClusterAccessError):
+    """A member whose connection exists but cannot be read as a connection (its ``extra`` not a JSON
+    object, a secrets backend failing on it): a configuration mistake to fix, not a cluster that is down."""
+
+
 @dataclass(frozen=True)
 class ClusterAccess:
     """Everything needed to build a client for one member cluster."""

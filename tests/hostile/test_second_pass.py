@@ -372,8 +372,8 @@ def test_commands_before_airflow_db_migrate_say_so_in_one_line(tmp_path: Path) -
     """A fresh Airflow home, never migrated: one line naming `airflow db migrate`, exit 2, no traceback."""
     spec = tmp_path / "fed.yaml"
     spec.write_text(yaml.safe_dump(TEAMS))
-    env = {
-        **os.environ,
+    env = {  # the user's shell: none of the test session's Airflow settings (its unit test mode logs)
+        **{key: value for key, value in os.environ.items() if not key.startswith(("AIRFLOW_", "_AIRFLOW_"))},
         "AIRFLOW_HOME": str(tmp_path),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow.db'}",
     }
