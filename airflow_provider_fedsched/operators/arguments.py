@@ -20,7 +20,9 @@ from airflow_provider_fedsched.kube.labels import PREEMPTIBLE_LABEL, TENANT_LABE
 from airflow_provider_fedsched.validation.operator import (
     OperatorArguments,
     check_annotations,
+    check_labels,
     check_operator_arguments,
+    check_pod_labels,
 )
 
 if TYPE_CHECKING:
@@ -207,6 +209,12 @@ class Arguments(KubernetesPodOperator):
         checked_arguments(preemptible=self.preemptible, checkpoint=self.checkpoint)
         try:
             check_annotations(self.annotations)
+            check_pod_labels(
+                labels=self.labels,
+                node_selector=self.node_selector,
+                tolerations=self.tolerations,
+                full_pod_spec=self.full_pod_spec,
+            )
         except SpecError as exc:
             raise FederationError(str(exc)) from None
         self.policy_spec = check_arguments(
@@ -248,6 +256,10 @@ class Arguments(KubernetesPodOperator):
             pod.metadata.labels = {**(pod.metadata.labels or {}), TENANT_LABEL: tenant}
         if self.preemptible:
             pod.metadata.labels = {**(pod.metadata.labels or {}), PREEMPTIBLE_LABEL: "true"}
+        try:  # the pod's (and a Job's) labels, a pod_template_file's included
+            check_labels(pod.metadata.labels, "labels")
+        except SpecError as exc:
+            raise FederationError(str(exc)) from None
         try:
             request = TaskRequest.from_pod_spec(
                 pod_spec,

@@ -9,7 +9,6 @@ spec afterwards by ``FederationSpec.check_references``; policy values by ``Polic
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,6 +21,8 @@ from airflow_provider_fedsched.federation.limits import (
     check_int,
     check_seconds,
     describe,
+    label_key_problem,
+    label_value_problem,
 )
 from airflow_provider_fedsched.federation.spec import SpecError
 
@@ -33,8 +34,10 @@ __all__ = [
     "OperatorArguments",
     "check_annotations",
     "check_job_arguments",
+    "check_labels",
     "check_names",
     "check_operator_arguments",
+    "check_pod_labels",
 ]
 
 MAX_CLUSTER_ATTEMPTS = 100
@@ -48,12 +51,8 @@ MAX_GANG_PODS = 100_000
 """``parallelism`` and ``completions`` of a federated Job: the Job API's own bound for indexed Jobs."""
 MAX_JOB_POLL_INTERVAL = 3600.0
 COMPLETION_MODES = ("NonIndexed", "Indexed")
-_QUALIFIED_NAME = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-"""A Kubernetes qualified name (an annotation's or label's key): an optional DNS-subdomain prefix and
-``/``, then at most 63 letters, digits, ``-``, ``_`` and ``.``."""
+MAX_LABELS = 1_000
+"""Labels on a pod or in a selector: far beyond use, bounding what one argument costs to check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +155,7 @@ def check_operator_arguments(
             f"{describe(cluster_selector)}"
         )
     selector = dict(cluster_selector or {})
-    for key, value in selector.items():
-        if not isinstance(key, str) or not key or not isinstance(value, str):
-            raise SpecError(f"cluster_selector: labels are strings (got {describe(key)}: {describe(value)})")
+    check_labels(selector, "cluster_selector")
     return OperatorArguments(
         datasets=names,
         clusters=members,
@@ -178,6 +175,51 @@ def check_operator_arguments(
     )
 
 
+def check_labels(value: Any, argument: str = "labels") -> None:
+    """Labels or a label selector as Kubernetes accepts them (keys qualified names, values at most 63
+    characters of the label alphabet): refused here, naming the argument and key, instead of a 422 from
+    the API server once the task is placed."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise SpecError(
+            f"{argument}: expected a mapping of label to value, got {type(value).__name__} {describe(value)}"
+        )
+    if len(value) > MAX_LABELS:
+        raise SpecError(f"{argument}: {len(value):,} labels, more than the {MAX_LABELS:,} allowed")
+    for key, item in value.items():
+        problem = label_key_problem(key)
+        if problem is not None:
+            raise SpecError(f"{argument}: {problem}")
+        problem = label_value_problem(item)
+        if problem is not None:
+            raise SpecError(f"{argument}.{key}: {problem}")
+
+
+def check_pod_labels(*, labels: Any, node_selector: Any, tolerations: Any, full_pod_spec: Any) -> None:
+    """The label keys and values a pod operator's arguments carry (``labels``, ``node_selector``, the keys
+    and values of ``tolerations``, a ``full_pod_spec``'s labels), checked before a member is resolved;
+    a ``pod_template_file``'s are checked on the built pod (:func:`check_labels`)."""
+    check_labels(labels, "labels")
+    check_labels(node_selector, "node_selector")
+    metadata = getattr(full_pod_spec, "metadata", None)
+    check_labels(getattr(metadata, "labels", None), "full_pod_spec.metadata.labels")
+    from pydantic import ValidationError
+
+    from airflow_provider_fedsched.federation._loading import spec_error
+    from airflow_provider_fedsched.federation.request import Toleration
+
+    for position, toleration in enumerate(tolerations or ()):
+        fields = {
+            name: toleration.get(name) if isinstance(toleration, Mapping) else getattr(toleration, name, None)
+            for name in ("key", "operator", "value", "effect")
+        }
+        try:  # the rules the placement applies to it (an empty key needs Exists; label syntax)
+            Toleration.model_validate({name: item for name, item in fields.items() if item is not None})
+        except ValidationError as exc:
+            raise spec_error(exc, f"tolerations[{position}]") from None
+
+
 def check_annotations(value: Any, argument: str = "annotations") -> None:
     """Annotations as Kubernetes accepts them: a mapping of qualified names to strings, at most
     :data:`MAX_ANNOTATIONS_BYTES` in all (a 50 MB annotation is refused here, not by the API server after
@@ -191,7 +233,7 @@ def check_annotations(value: Any, argument: str = "annotations") -> None:
         )
     total = 0
     for key, item in value.items():
-        if not isinstance(key, str) or len(key) > MAX_NAME + 64 or not _QUALIFIED_NAME.match(key):
+        if label_key_problem(key) is not None:
             raise SpecError(
                 f"{argument}: {describe(key)} is not a Kubernetes annotation name (an optional DNS-subdomain "
                 "prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
