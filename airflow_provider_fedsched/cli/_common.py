@@ -259,7 +259,7 @@ def load_sim_config(args: argparse.Namespace) -> SimConfig:
     try:
         config = load_config(args.config) if args.config else default_config()
     except SimConfigError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"--config {exc}") from None
     if args.time_scale is not None and not 0 < args.time_scale <= 100:
         raise UsageError(f"--time-scale: must be in (0, 100], got {args.time_scale}")
     return config
@@ -498,10 +498,10 @@ def live_snapshots(
         try:
             hook.access(member.name)  # resolved once: the collection below reuses it
         except MissingConnection as exc:
-            missing.append(
-                f"{exc} (not in a secrets backend, AIRFLOW_CONN_{member.conn_id.upper()} or "
-                "the metadata database)"
+            where = (
+                f"not in a secrets backend, AIRFLOW_CONN_{member.conn_id.upper()} or the metadata database"
             )
+            missing.append(f"{exc} ({where})" if exc.problem == MissingConnection.PROBLEM else str(exc))
         except MalformedConnection as exc:  # the connection to fix, as a missing one
             missing.append(str(exc))
         except ClusterAccessError:

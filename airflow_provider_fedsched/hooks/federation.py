@@ -512,6 +512,13 @@ def _not_found(cluster: str, conn_id: str) -> ClusterAccessError:
         except Exception as exc:
             # Airflow's own message for a stored extra that is not JSON names the field; any other
             # exception is named by its type only (its text may quote the connection).
+            if type(exc).__module__.startswith("sqlalchemy"):  # no table yet, or no database at all
+                return MissingConnection(
+                    cluster,
+                    conn_id,
+                    f"connection is in no secrets backend nor AIRFLOW_CONN_{conn_id.upper()}, and the "
+                    f"metadata database cannot be read ({type(exc).__name__}: before `airflow db migrate`?)",
+                )
             if isinstance(exc, json.JSONDecodeError):  # its position, never the text around it
                 reason = f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
             elif "non-JSON in `extra`" in str(exc):
