@@ -46,6 +46,7 @@ __all__ = [
     "bounded_float",
     "bounded_int",
     "check_clusters",
+    "check_output",
     "jsonable",
     "key_value",
     "live_snapshots",
@@ -53,6 +54,7 @@ __all__ = [
     "load_sim_config",
     "load_snapshot_file",
     "logs_on_stderr",
+    "open_output",
     "parse_duration",
     "parse_time",
     "print_json",
@@ -169,6 +171,39 @@ def regular_file(path: str, option: str) -> Path:
     if not stat.S_ISREG(mode):
         raise UsageError(f"{option} {path}: not a regular file")
     return Path(path)
+
+
+def check_output(path: str, option: str) -> None:
+    """Before any work: ``path`` can be written as a file (not a folder, its folder exists). A named pipe
+    is checked when it is opened (:func:`open_output`): opening it here would end its reader's input."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        parent = os.path.dirname(path) or "."
+        if not os.path.isdir(parent):
+            raise UsageError(f"{option} {path}: its folder {parent} does not exist") from None
+        return
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"{option} {path}: is a folder; give a file path")
+
+
+def open_output(path: str, option: str) -> Any:
+    """``path`` opened for writing text, never blocking: a named pipe nobody reads is refused at once
+    (opened plainly, it would wait for a reader for ever)."""
+    import errno
+
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise UsageError(f"{option} {path}: a named pipe that nothing reads") from None
+        raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "w", encoding="utf-8", newline="")
 
 
 def jsonable(value: Any) -> Any:

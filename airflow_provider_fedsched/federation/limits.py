@@ -190,7 +190,12 @@ CONFIG_LIMITS = DocumentLimits(max_bytes=4 * 2**20, max_nodes=500_000)
 
 def describe(value: Any, limit: int = 60) -> str:
     """A short, printable rendering of a bad value for an error message (never the whole of a huge one)."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer of more than 4,300 digits has no repr
+        return (
+            f"an integer of {value.bit_length():,} bits" if isinstance(value, int) else type(value).__name__
+        )
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 

@@ -22,7 +22,9 @@ from airflow_provider_fedsched.validation.operator import (
     check_annotations,
     check_labels,
     check_operator_arguments,
+    check_pod_arguments,
     check_pod_labels,
+    check_pod_name,
 )
 
 if TYPE_CHECKING:
@@ -215,6 +217,7 @@ class Arguments(KubernetesPodOperator):
                 tolerations=self.tolerations,
                 full_pod_spec=self.full_pod_spec,
             )
+            check_pod_arguments(vars(self))
         except SpecError as exc:
             raise FederationError(str(exc)) from None
         self.policy_spec = check_arguments(
@@ -256,8 +259,9 @@ class Arguments(KubernetesPodOperator):
             pod.metadata.labels = {**(pod.metadata.labels or {}), TENANT_LABEL: tenant}
         if self.preemptible:
             pod.metadata.labels = {**(pod.metadata.labels or {}), PREEMPTIBLE_LABEL: "true"}
-        try:  # the pod's (and a Job's) labels, a pod_template_file's included
+        try:  # the pod's (and a Job's) labels, a pod_template_file's included, and its name
             check_labels(pod.metadata.labels, "labels")
+            check_pod_name(pod.metadata.name)
         except SpecError as exc:
             raise FederationError(str(exc)) from None
         try:

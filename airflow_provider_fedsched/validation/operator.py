@@ -9,6 +9,7 @@ spec afterwards by ``FederationSpec.check_references``; policy values by ``Polic
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -37,7 +38,9 @@ __all__ = [
     "check_labels",
     "check_names",
     "check_operator_arguments",
+    "check_pod_arguments",
     "check_pod_labels",
+    "check_pod_name",
 ]
 
 MAX_CLUSTER_ATTEMPTS = 100
@@ -218,6 +221,59 @@ def check_pod_labels(*, labels: Any, node_selector: Any, tolerations: Any, full_
             Toleration.model_validate({name: item for name, item in fields.items() if item is not None})
         except ValidationError as exc:
             raise spec_error(exc, f"tolerations[{position}]") from None
+
+
+MAX_INT64 = 2**63 - 1
+MAX_POLL_INTERVAL = 3600.0
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SUBDOMAIN_ARGUMENTS = ("priority_class_name", "service_account_name", "runtime_class_name", "schedulername")
+"""Pod operator arguments that name a Kubernetes object: DNS subdomains, as the API server checks them."""
+
+
+def check_pod_arguments(arguments: Mapping[str, Any]) -> None:
+    """The pod operator's own arguments that the API server, or the wait for the pod, would otherwise
+    refuse only after the placement: intervals and timeouts finite and in range (``poll_interval=nan``
+    failed in the triggerer once the pod ran; ``startup_timeout_seconds=nan`` never timed out), the
+    integers the pod spec takes (``termination_grace_period``, ``active_deadline_seconds``), and the
+    names of objects the pod refers to. ``None`` is always allowed (Kubernetes' default)."""
+    for name in ("poll_interval", "startup_check_interval_seconds", "base_container_status_polling_interval"):
+        value = arguments.get(name)
+        if value is not None and check_seconds(value, name, maximum=MAX_POLL_INTERVAL) <= 0:
+            raise SpecError(f"{name}: {describe(value)} must be above 0 seconds")
+    for name in ("startup_timeout_seconds", "logging_interval"):
+        if arguments.get(name) is not None:
+            check_seconds(arguments[name], name)
+    if arguments.get("termination_grace_period") is not None:
+        check_int(
+            arguments["termination_grace_period"], "termination_grace_period", minimum=0, maximum=MAX_INT64
+        )
+    if arguments.get("active_deadline_seconds") is not None:
+        check_int(
+            arguments["active_deadline_seconds"], "active_deadline_seconds", minimum=1, maximum=MAX_INT64
+        )
+    for name in _SUBDOMAIN_ARGUMENTS:
+        value = arguments.get(name)
+        if value is not None and not _is_subdomain(value):
+            raise SpecError(
+                f"{name}: {describe(value)} is not a Kubernetes object name (lowercase letters, digits, '-' "
+                f"and '.', at most {MAX_NAME} characters)"
+            )
+
+
+def check_pod_name(name: Any) -> None:
+    """The pod's name once built (``name=`` with the random suffix): a DNS subdomain, as the API server
+    checks it when the pod is created."""
+    if not _is_subdomain(name):
+        raise SpecError(
+            f"name: the pod would be named {describe(name)}, which Kubernetes refuses (lowercase letters, "
+            f"digits, '-' and '.', at most {MAX_NAME} characters)"
+        )
+
+
+def _is_subdomain(value: Any) -> bool:
+    return (
+        isinstance(value, str) and 0 < len(value) <= MAX_NAME and _DNS_SUBDOMAIN.fullmatch(value) is not None
+    )
 
 
 def check_annotations(value: Any, argument: str = "annotations") -> None:

@@ -272,6 +272,12 @@ BOOLEAN_SPEC_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("cooldown_seconds: false", {"policy": {"cooldown_seconds": False}}, "cooldown_seconds"),
     ("tenant weight: true", {"tenants": [{"name": "t", "weight": True}]}, "tenants[0].weight"),
     ("max_cost: true", {"tenants": [{"name": "t", "budget": {"max_cost": True}}]}, "budget.max_cost"),
+    ("quota cpu: true", {"tenants": [{"name": "t", "quota": {"cpu": True}}]}, "tenants[0].quota.cpu"),
+    (
+        "guaranteed pods: true",
+        {"tenants": [{"name": "t", "quota": {"pods": 4}, "guaranteed": {"pods": True}}]},
+        "tenants[0].guaranteed.pods",
+    ),
     (
         "max_egress_gb: true",
         {"tenants": [{"name": "t", "budget": {"max_egress_gb": True}}]},
