@@ -47,6 +47,9 @@ def spec_error(exc: ValidationError, prefix: str = "") -> SpecError:
             messages.append(join_path(join_path(prefix, format_path(loc) if loc else ""), str(cause)))
             continue
         message = error["msg"].removeprefix("Value error, ")  # a validator's own words say what is wrong
+        if not loc and error["type"] == "value_error":  # a model's own check, whose message names the path
+            messages.append(join_path(prefix, message))
+            continue
         messages.append(f"{join_path(prefix, format_path(loc))}: {message}")
     extra = f" (and {len(messages) - 5} more)" if len(messages) > 5 else ""
     return SpecError("; ".join(messages[:5]) + extra)
