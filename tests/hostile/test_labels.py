@@ -129,3 +129,18 @@ def test_place_selectors_exit_2_naming_the_option(
     outcome = run_bounded(lambda: cli_outcome(argv))
     check(*outcome, "exit", 2, f"fedsched place: error: {option}: ")
     assert culprit in outcome[0].message
+
+
+@pytest.mark.parametrize(("key", "value", "culprit"), [c[1:] for c in LABEL_CASES], ids=IDS)
+def test_simulator_cluster_and_node_pool_labels(key: str, value: str, culprit: str) -> None:
+    from airflow_provider_fedsched.sim.config import SimConfigError, parse_config
+
+    for where, cluster in (
+        ("clusters[0].labels", {"name": "a", "labels": {key: value}}),
+        ("clusters[0].node_pools[0].labels", {"name": "a", "node_pools": [{"labels": {key: value}}]}),
+    ):
+        outcome = run_bounded(
+            lambda cluster=cluster: raised(lambda: parse_config({"clusters": [cluster]}), SimConfigError)
+        )
+        check(*outcome, "raised", "SimConfigError", f"{where}.{key}: ")
+        assert culprit in outcome[0].message
