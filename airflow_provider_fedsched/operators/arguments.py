@@ -25,6 +25,7 @@ from airflow_provider_fedsched.validation.operator import (
     check_pod_arguments,
     check_pod_labels,
     check_pod_name,
+    check_pod_size,
 )
 
 if TYPE_CHECKING:
@@ -250,7 +251,8 @@ class Arguments(KubernetesPodOperator):
         else:
             raise FederationError("no member cluster can be reached: " + "; ".join(problems))
         pod = self.build_pod_request_obj(context, dry_run=True)
-        pod_spec = kubernetes.client.ApiClient().sanitize_for_serialization(pod)["spec"]
+        document = kubernetes.client.ApiClient().sanitize_for_serialization(pod)
+        pod_spec = document["spec"]
         expected = seconds(self.expected_duration, "expected_duration")
         dag = getattr(self, "_dag", None)  # has_dag() is untyped; a bare operator has none
         tags = sorted(dag.tags or ()) if dag is not None else []
@@ -262,6 +264,7 @@ class Arguments(KubernetesPodOperator):
         try:  # the pod's (and a Job's) labels, a pod_template_file's included, and its name
             check_labels(pod.metadata.labels, "labels")
             check_pod_name(pod.metadata.name)
+            check_pod_size(document)
         except SpecError as exc:
             raise FederationError(str(exc)) from None
         try:

@@ -41,6 +41,7 @@ __all__ = [
     "check_pod_arguments",
     "check_pod_labels",
     "check_pod_name",
+    "check_pod_size",
 ]
 
 MAX_CLUSTER_ATTEMPTS = 100
@@ -257,6 +258,38 @@ def check_pod_arguments(arguments: Mapping[str, Any]) -> None:
             raise SpecError(
                 f"{name}: {describe(value)} is not a Kubernetes object name (lowercase letters, digits, '-' "
                 f"and '.', at most {MAX_NAME} characters)"
+            )
+
+
+MAX_POD_BYTES = 1024 * 1024
+"""A pod as sent to the API server: etcd stores at most 1.5 MiB per object (its default request limit),
+and the API server refuses a larger request with a 413; the provider adds its own annotations."""
+
+
+def check_pod_size(document: Any) -> None:
+    """The pod (as its JSON is sent) within :data:`MAX_POD_BYTES`: a 50 MB argument, environment variable
+    or command is refused before the placement, not by the API server after it. Counted by walking the
+    document (strings by their UTF-8 length), stopping once past the limit."""
+    total = 0
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2 if item.isascii() else len(item.encode()) + 2
+        elif isinstance(item, Mapping):
+            for key, value in item.items():
+                total += len(str(key)) + 4
+                stack.append(value)
+        elif isinstance(item, list | tuple):
+            total += 2
+            stack.extend(item)
+        else:
+            total += 8
+        if total > MAX_POD_BYTES:
+            raise SpecError(
+                f"pod: more than {MAX_POD_BYTES:,} bytes once serialized (arguments, commands, environment "
+                "variables, volumes); Kubernetes stores at most 1.5 MiB per object: pass large inputs "
+                "through a volume or object storage"
             )
 
 

@@ -101,11 +101,9 @@ def test_an_integer_of_thousands_of_digits_is_named_not_printed(
     _refused_before_anything(operators["job"], arguments, culprit)
 
 
-def test_a_pod_name_kubernetes_refuses_is_named_before_anything_is_reserved(
-    operators: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The pod's name is known once the pod is built from a member's connection: still before the
-    placement."""
+@pytest.fixture
+def members(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections for SPEC's members (a server nothing answers at): the pod is built from one."""
     kubeconfig = {
         "apiVersion": "v1",
         "clusters": [{"name": "a", "cluster": {"server": "https://127.0.0.1:1"}}],
@@ -117,8 +115,33 @@ def test_a_pod_name_kubernetes_refuses_is_named_before_anything_is_reserved(
     for conn_id in ("K8S_EU_A", "K8S_CN_A"):
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
     monkeypatch.setenv("AIRFLOW__FEDSCHED__PLACEMENT_LEDGER", "False")
+
+
+@pytest.mark.usefixtures("members")
+def test_a_pod_name_kubernetes_refuses_is_named_before_anything_is_reserved(
+    operators: dict[str, Any],
+) -> None:
+    """The pod's name is known once the pod is built from a member's connection: still before the
+    placement."""
     for operator_class in operators.values():
         _refused_before_anything(operator_class, {"name": "My Task"}, "name")
+
+
+BIG = "x" * (5 * 2**20)
+
+
+@pytest.mark.usefixtures("members")
+@pytest.mark.parametrize(
+    "arguments",
+    [{"arguments": [BIG]}, {"cmds": ["sh", "-c", BIG]}, {"env_vars": {"INPUT": BIG}}],
+    ids=["arguments", "cmds", "env_vars"],
+)
+def test_a_pod_larger_than_kubernetes_stores_is_refused_before_anything_is_reserved(
+    operators: dict[str, Any], arguments: dict[str, Any]
+) -> None:
+    """A 50 MB annotation was a raw 413 after the placement; so was any other part of the pod."""
+    for operator_class in operators.values():
+        _refused_before_anything(operator_class, arguments, "pod")
 
 
 @contextlib.contextmanager
