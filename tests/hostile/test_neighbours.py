@@ -10,6 +10,8 @@
   pipe there hung ``fedsched sim status|fault`` and ``fedsched testbed status|down``.
 * ``--out`` of ``snapshot`` and ``history export``: a folder was refused only after the work; a named
   pipe nothing reads blocked for ever.
+* A pod larger than Kubernetes stores was a raw 413 after the placement.
+* ``fedsched replay --scenario`` silently ignored the options that shape a trace.
 """
 
 from __future__ import annotations
@@ -207,3 +209,19 @@ def test_out_a_named_pipe_nothing_reads_is_refused_not_waited_for(tmp_path: Path
         assert os.read(reader, 100) == b"pods\n"
     finally:
         os.close(reader)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--federation", "spec.yaml"),
+        ("--pods", "pods.csv"),
+        ("--copies", "5"),
+        ("--window", "60"),
+        ("--clusters", "2"),
+    ],
+)
+def test_replay_options_a_scenario_would_ignore_are_refused(option: str, value: str) -> None:
+    """With ``--scenario`` they were silently ignored: a replay that looked shaped as asked."""
+    argv = ["replay", "--scenario", "seed-3x20", "--no-progress", "--json", option, value]
+    check(*run_bounded(lambda: cli_outcome(argv)), "exit", 2, f"fedsched replay: error: {option}: ")
