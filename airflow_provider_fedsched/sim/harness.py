@@ -21,6 +21,7 @@ from typing import IO, Any, TypeVar
 import yaml
 from aiohttp import web
 
+from airflow_provider_fedsched.federation.documents import read_text_file
 from airflow_provider_fedsched.sim.cluster import Cluster, SimPortInUse
 from airflow_provider_fedsched.sim.config import SimConfig, conn_id, federation_spec, resolve_config
 from airflow_provider_fedsched.sim.control import build_control_app
@@ -171,7 +172,7 @@ class SimFederation:
         if self._tmp is not None:
             return {}
         try:
-            meta = json.loads((self.state_dir / "sim.json").read_text())
+            meta = json.loads(read_text_file(self.state_dir / "sim.json", "simulator state"))
             ports = {name: int(c["url"].rsplit(":", 1)[1]) for name, c in meta["clusters"].items()}
             ports[CONTROL] = int(meta["control_url"].rsplit(":", 1)[1])
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):

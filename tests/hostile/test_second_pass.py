@@ -272,6 +272,12 @@ BOOLEAN_SPEC_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("cooldown_seconds: false", {"policy": {"cooldown_seconds": False}}, "cooldown_seconds"),
     ("tenant weight: true", {"tenants": [{"name": "t", "weight": True}]}, "tenants[0].weight"),
     ("max_cost: true", {"tenants": [{"name": "t", "budget": {"max_cost": True}}]}, "budget.max_cost"),
+    ("quota cpu: true", {"tenants": [{"name": "t", "quota": {"cpu": True}}]}, "tenants[0].quota.cpu"),
+    (
+        "guaranteed pods: true",
+        {"tenants": [{"name": "t", "quota": {"pods": 4}, "guaranteed": {"pods": True}}]},
+        "tenants[0].guaranteed.pods",
+    ),
     (
         "max_egress_gb: true",
         {"tenants": [{"name": "t", "budget": {"max_egress_gb": True}}]},
@@ -372,8 +378,8 @@ def test_commands_before_airflow_db_migrate_say_so_in_one_line(tmp_path: Path) -
     """A fresh Airflow home, never migrated: one line naming `airflow db migrate`, exit 2, no traceback."""
     spec = tmp_path / "fed.yaml"
     spec.write_text(yaml.safe_dump(TEAMS))
-    env = {
-        **os.environ,
+    env = {  # the user's shell: none of the test session's Airflow settings (its unit test mode logs)
+        **{key: value for key, value in os.environ.items() if not key.startswith(("AIRFLOW_", "_AIRFLOW_"))},
         "AIRFLOW_HOME": str(tmp_path),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow.db'}",
     }
