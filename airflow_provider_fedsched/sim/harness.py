@@ -37,6 +37,10 @@ LOCK_FILE = "sim.lock"
 when that process ends, however it ends."""
 
 
+STATE_FILES = (LOCK_FILE, "kubeconfig", "federation.yaml", "airflow.env", "sim.json")
+"""The files a simulator writes in its state folder."""
+
+
 class SimStateDirInUse(RuntimeError):
     """The state folder is not a folder, cannot be created, or another running simulator serves it."""
 
@@ -46,6 +50,11 @@ def claim_state_dir(state_dir: Path) -> IO[str]:
     simulator on the same folder would overwrite the kubeconfig and env files of the first."""
     if state_dir.exists() and not state_dir.is_dir():
         raise SimStateDirInUse(f"{state_dir}: not a directory")
+    # Opening or writing a named pipe or a device blocks or writes nowhere: only regular files are replaced.
+    for name in STATE_FILES:
+        path = state_dir / name
+        if (path.exists() or path.is_symlink()) and not path.is_file():
+            raise SimStateDirInUse(f"{path}: not a regular file; remove it or choose another state folder")
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         handle = open(state_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until stop()

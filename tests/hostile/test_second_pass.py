@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import stat
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -352,6 +353,16 @@ def test_sim_up_refuses_a_state_dir_that_is_a_file(tmp_path: Path) -> None:
     argv = ["sim", "up", "--state-dir", str(path)]
     check(*run_bounded(lambda: cli_outcome(argv)), "exit", 2, "not a directory")
     assert path.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("name", ["sim.lock", "kubeconfig", "federation.yaml", "airflow.env", "sim.json"])
+def test_sim_up_refuses_a_state_dir_holding_a_named_pipe_where_it_writes(tmp_path: Path, name: str) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    os.mkfifo(state / name)
+    argv = ["sim", "up", "--state-dir", str(state)]
+    check(*run_bounded(lambda: cli_outcome(argv)), "exit", 2, f"{name}: not a regular file")
+    assert stat.S_ISFIFO((state / name).stat().st_mode)  # left as it was
 
 
 def test_sim_up_refuses_a_state_dir_a_running_simulator_serves(tmp_path: Path) -> None:
