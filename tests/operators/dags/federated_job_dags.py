@@ -79,7 +79,7 @@ gang_dag("gang_deferred_ended", duration=36000, deferrable=True)
 # Try 1 is lost to the outage; its Job completes while its cluster is silent and is then swept (deleted,
 # or held being deleted) before try 2 looks: try 2 takes its success, never runs the gang again.
 for _name in ("gang_retry_after_sweep", "gang_retry_finds_it_being_deleted"):
-    gang_dag(_name, duration=60, unreachable_grace=3, retries=1, retry_delay=timedelta(seconds=20))
+    gang_dag(_name, duration=60, unreachable_grace=3, retries=1, retry_delay=timedelta(seconds=30))
 # Ended by a user (on_kill) while its Job runs; deleted by someone else while it runs (not preemptible).
 gang_dag("gang_killed_while_running", duration=600)
 gang_dag("gang_deleted_by_someone", duration=600)
