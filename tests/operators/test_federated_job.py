@@ -7,6 +7,7 @@ import json
 import os
 import signal
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -424,6 +425,7 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_job_that_completed_and_was_sw
     dag_id = "gang_retry_after_sweep"
     outage = Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=10)
     swept: list[dict[str, Any]] = []
+    swept_at: list[datetime] = []
 
     def sweep_once_east_answers() -> None:
         # The Job completes while east-cpu is silent (on the test bed: once its API server is back, when
@@ -436,14 +438,16 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_job_that_completed_and_was_sw
             return hook.collect(["east-cpu"])["east-cpu"].reachable and not hook.orphans("east-cpu", "job")
 
         wait_for(answered_and_swept, timeout=120, interval=0.5)
+        swept_at.append(datetime.now(UTC))
 
     background(sweep_once_east_answers)
     with outage:
         state, record = _run_with_retry(dag_id)
 
-    assert swept and _the_job(sim_federation, "east-cpu", dag_id) is None  # swept before try 2 looked
+    assert swept_at and _the_job(sim_federation, "east-cpu", dag_id) is None
     assert state == "success" and record is not None
     assert record["try_number"] == 2
+    assert swept_at[0] < datetime.fromisoformat(record["started_at"])  # swept before try 2 looked
     assert job_creates() == 1, record  # the gang ran once
     ((cluster, outcome),) = path(record)
     assert (cluster, outcome) == ("east-cpu", "succeeded")
