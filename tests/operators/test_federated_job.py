@@ -596,3 +596,59 @@ def test_a_job_deleted_by_someone_while_its_gang_runs_is_not_started_again(
     assert "disappeared before it ended" in record["reason"]
     assert "so the gang is not started elsewhere" in record["reason"]
     assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_its_complete_job(
+    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int]
+) -> None:
+    """The pods' ``sync_resumable[21]``, for a gang: a preemptible try's worker is SIGKILLed while its
+    Job runs in east-cpu; the Job completes unwatched; east-cpu goes silent. Nobody watched that Job since
+    its try died: the retry waits for east-cpu within ``unreachable_grace``, preemptible or not, and
+    adopts the complete Job instead of running the gang on another member. One Job, ever; none left."""
+    import subprocess
+    import sys
+
+    dag_id = "gang_killed_preemptible"
+    airflow_harness.load_dag(DAG_FILE, dag_id)
+    airflow_harness.serialize_dags()
+    now = datetime.now(UTC)
+    run_id = f"manual__killed-gang-{now.timestamp():.0f}"
+    airflow_harness.create_dag_run(dag_id, run_id, now)
+    command = [str(Path(sys.executable).with_name("airflow")), "tasks", "test", dag_id, "work", run_id]
+    east = sim_federation["east-cpu"]
+
+    first_log = federation.parent / "first-worker.log"
+    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: _running_gang(sim_federation, dag_id), timeout=240, message=str(first_log))
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    first = wait_for(lambda: _gang_done(sim_federation, "east-cpu", dag_id), timeout=120)
+    east.faults.down()
+    pod_tests.bump_try_number(dag_id, run_id)
+    retry_log = federation.parent / "retry.log"
+    retry = subprocess.Popen(command, stdout=retry_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        # East-cpu answers again once the retry waits for it, or once it started the gang elsewhere.
+        wait_for(
+            lambda: "may have run to the end in east-cpu" in retry_log.read_text() or job_creates() > 1,
+            timeout=240,
+            message=str(retry_log),
+        )
+        east.faults.up()
+        assert retry.wait(timeout=300) == 0, retry_log.read_text()[-3000:]
+    finally:
+        east.faults.up()
+        if retry.poll() is None:
+            retry.kill()
+            retry.wait(timeout=30)
+
+    assert job_creates() == 1, retry_log.read_text()[-3000:]
+    record = pod_tests.placement_of_run(dag_id, run_id)
+    assert record["outcome"] == "succeeded", record
+    assert [(a["cluster"], a["pod"], a["adopted"]) for a in record["attempts"]] == [
+        ("east-cpu", first["metadata"]["name"], True)
+    ], record
+    assert left_behind(sim_federation, dag_id) == []
+    assert FederationHook().orphans("east-cpu", kind="job") == []

@@ -84,3 +84,11 @@ for _name in ("gang_retry_after_sweep", "gang_retry_finds_it_being_deleted"):
 # Ended by a user (on_kill) while its Job runs; deleted by someone else while it runs (not preemptible).
 gang_dag("gang_killed_while_running", duration=600)
 gang_dag("gang_deleted_by_someone", duration=600)
+# Its worker is SIGKILLed while the gang runs; the Job completes unwatched; its cluster goes silent.
+gang_dag(
+    "gang_killed_preemptible",
+    duration=40,
+    preemptible=True,
+    checkpoint="s3://bucket/ckpt",
+    unreachable_grace=120,
+)
