@@ -103,11 +103,12 @@ async def sweep(hook: HookParts, access: ClusterAccess) -> None:
     if orphans["job"]:
         # So may a Job: its gang's success is written down before it goes (the test-bed soak's
         # gang_job[1]: a finished Job deleted here unrecorded, and the retry ran the gang again).
-        done = await complete_jobs(access, orphans["job"], hook.snapshot_timeout)
-        if done is None:
-            orphans["job"] = []  # how they ended is unknown: deleting them now would lose a result
-        for namespace, name in sorted(done or ()):
-            hook.state.orphans.swept_succeeded(cluster, namespace, name, kind="job")
+        known = await complete_jobs(access, orphans["job"], hook.snapshot_timeout)
+        # One the cluster did not answer about is kept: deleting it now could lose a result.
+        orphans["job"] = [job for job in orphans["job"] if job in known]
+        for namespace, name in orphans["job"]:
+            if known[(namespace, name)]:
+                hook.state.orphans.swept_succeeded(cluster, namespace, name, kind="job")
     for kind, items in orphans.items():
         for namespace, name in await delete_pods(access, items, hook.snapshot_timeout, kind) if items else []:
             hook.state.orphans.forget(cluster, namespace, name, kind)

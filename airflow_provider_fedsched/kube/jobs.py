@@ -235,28 +235,27 @@ async def aremove_jobs(
 
 async def ajobs_complete(
     batch: Any, core: Any, jobs: Iterable[tuple[str, str]], *, within: float
-) -> set[tuple[str, str]] | None:
-    """Of ``(namespace, name)`` Jobs, those whose gang's work is done (:attr:`GangView.complete`, from a
-    read of each Job and its pods); None when the cluster did not answer them all within ``within``
-    (how they ended is unknown: deleting them now could lose a result)."""
+) -> dict[tuple[str, str], bool]:
+    """Of ``(namespace, name)`` Jobs, whether each one's gang's work is done (:attr:`GangView.complete`,
+    from a read of the Job and its pods, each within ``within`` seconds). A Job the cluster did not
+    answer about is left out: how it ended is unknown, and deleting it now could lose a result."""
     import asyncio
 
-    async def read_all() -> set[tuple[str, str]]:
-        done: set[tuple[str, str]] = set()
-        for namespace, name in jobs:
-            try:
-                job: dict[str, Any] | None = as_dict(await batch.read_namespaced_job(name, namespace))
-            except Exception as exc:
-                if not is_gone(exc):
-                    raise
-                job = None
-            selector = f"{JOB_NAME_LABEL}={name}"
-            pods = (await core.list_namespaced_pod(namespace, label_selector=selector)).items
-            if GangView(job, [as_dict(pod) for pod in pods]).complete:
-                done.add((namespace, name))
-        return done
+    async def read(namespace: str, name: str) -> bool:
+        try:
+            job: dict[str, Any] | None = as_dict(await batch.read_namespaced_job(name, namespace))
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
+            job = None
+        selector = f"{JOB_NAME_LABEL}={name}"
+        pods = (await core.list_namespaced_pod(namespace, label_selector=selector)).items
+        return GangView(job, [as_dict(pod) for pod in pods]).complete
 
-    try:
-        return await asyncio.wait_for(read_all(), within)
-    except Exception:
-        return None
+    known: dict[tuple[str, str], bool] = {}
+    for namespace, name in jobs:
+        try:
+            known[(namespace, name)] = await asyncio.wait_for(read(namespace, name), within)
+        except Exception:
+            continue
+    return known

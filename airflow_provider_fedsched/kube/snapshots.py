@@ -368,9 +368,9 @@ async def ended_pods(access: ClusterAccess, timeout: float) -> dict[tuple[str, s
 
 async def complete_jobs(
     access: ClusterAccess, jobs: Iterable[tuple[str, str]], timeout: float
-) -> set[tuple[str, str]] | None:
-    """Of ``(namespace, name)`` Jobs in one cluster, those whose gang's work is done; None when the
-    cluster did not answer within ``timeout``."""
+) -> dict[tuple[str, str], bool]:
+    """Of ``(namespace, name)`` Jobs in one cluster, whether each one's gang's work is done; a Job the
+    cluster did not answer about within ``timeout`` is left out."""
     from kubernetes_asyncio import client
 
     from airflow_provider_fedsched.kube.jobs import ajobs_complete
@@ -379,7 +379,7 @@ async def complete_jobs(
         core = client.CoreV1Api(await api_client(access))
         batch = client.BatchV1Api(await api_client(access))
     except Exception:
-        return None
+        return {}
     return await ajobs_complete(batch, core, jobs, within=timeout)
 
 

@@ -422,7 +422,8 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         done = None if chosen is not None else next((i for i in others if GangView(i[1]).complete), None)
         if done is not None:
             for cluster, job in others:  # deleted by the next snapshot of their cluster
-                self._fence(cluster, job["metadata"]["namespace"], job["metadata"]["name"])
+                metadata = job["metadata"]
+                self.federation_hook.add_orphan(cluster, metadata["namespace"], metadata["name"], "job")
             return self._take_success(context, *done, "it is being deleted")
         for cluster, job in others:
             self.use_cluster(cluster)
