@@ -70,23 +70,26 @@ class EarlierTries(KubernetesPodOperator):
         return True
 
     def _left_pod_succeeded(self, context: Any) -> bool:
-        """A pod this task left in a silent cluster (fenced, or lost past the grace), in this try or an
-        earlier one, ran to the end meanwhile: the snapshot that deleted it found it Succeeded and wrote
-        that down (``hooks/sensing.py``). Its work is not run again. Not for ``do_xcom_push`` tasks."""
+        """A pod (or Job) this task left in a silent cluster (fenced, or lost past the grace), in this try
+        or an earlier one, ran to the end meanwhile: the snapshot that deleted it found it Succeeded (a Job:
+        complete) and wrote that down (``hooks/sensing.py``). Its work is not run again. Not for
+        ``do_xcom_push`` tasks."""
         if self.do_xcom_push:
             return False
         orphans = self.federation_hook.state.orphans
         tries = [r for r in (self._record, self._earlier) if r is not None]
         # "running": a dead earlier try's pod, fenced by this try when its cluster did not answer.
         left = ("unreachable", "lost", "running")
+        kind = self.earlier_kind
         for attempt in (a for r in tries for a in r.known_attempts if a.outcome in left):
-            if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod):
+            if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod, kind):
+                ended = "Succeeded" if kind == "pod" else "completed"
                 reason = (
-                    f"pod {attempt.pod} Succeeded in {attempt.cluster} while that cluster was silent to "
+                    f"{kind} {attempt.pod} {ended} in {attempt.cluster} while that cluster was silent to "
                     "this task (the snapshot that deleted it saw it end): its work is not run again"
                 )
                 self._succeed_with(context, attempt, reason)
-                orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod)
+                orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod, kind)
                 return True
         return False
 
