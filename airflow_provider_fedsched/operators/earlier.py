@@ -112,6 +112,18 @@ class EarlierTries(KubernetesPodOperator):
         found = self._find_earlier(context)
         return None if found is None else self._adopt_found(context, found)
 
+    def _never_doubled(self, context: Any, cluster: str, left: Any, what: str, why: str) -> None:
+        """An earlier try's pod or Job that was not confirmed stopped, with nothing adopted: its work may
+        still run, so a task that is not preemptible is not started again (the try gives up, and the next
+        one waits for that cluster too)."""
+        if self.preemptible:
+            return
+        self._record.left_by_earlier_try = attempts.adopted_attempt(self._record, cluster, left)
+        raise self._give_up(
+            context,
+            f"{what} of an earlier try is not confirmed stopped in {cluster} within {GONE_TIMEOUT:g}s{why}",
+        )
+
     def _adopt_found(self, context: Any, found: list[tuple[str, Any]]) -> Attempt | None:
         """Of an earlier try's pods, the one to watch to its end is adopted; the others are deleted.
 
@@ -139,15 +151,15 @@ class EarlierTries(KubernetesPodOperator):
             )
             if not self.pod_manager.remove(metadata.namespace, metadata.name, within=GONE_TIMEOUT):
                 self.federation_hook.add_orphan(cluster, metadata.namespace, metadata.name)
-                if chosen is None and not self.preemptible:
-                    # Not confirmed stopped (a terminating pod on a NotReady node runs on): its work may
-                    # still run, so it is not started again; the next try waits for that cluster too.
-                    self._record.left_by_earlier_try = attempts.adopted_attempt(self._record, cluster, pod)
-                    raise self._give_up(
+                if chosen is None:
+                    # A terminating pod on a NotReady node runs on.
+                    self._never_doubled(
                         context,
-                        f"pod {metadata.name} of an earlier try is not confirmed stopped in {cluster} "
-                        f"within {GONE_TIMEOUT:g}s (its node may not answer): its work may still run, so it "
-                        "is not started again; it is deleted when its node answers",
+                        cluster,
+                        pod,
+                        f"pod {metadata.name}",
+                        " (its node may not answer): its work may still run, so it is not started again; it "
+                        "is deleted when its node answers",
                     )
         if chosen is None:
             return None

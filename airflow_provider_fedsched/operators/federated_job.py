@@ -436,15 +436,14 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                 return self._take_success(context, cluster, job, "it was found complete as it was deleted")
             if not removal.gone:
                 self._fence(cluster, metadata["namespace"], metadata["name"])
-                if chosen is None and not self.preemptible:
-                    # Not confirmed stopped: its gang may still run, so it is not started again; the next
-                    # try waits for that cluster too.
-                    self._record.left_by_earlier_try = attempts.adopted_attempt(self._record, cluster, job)
-                    raise self._give_up(
+                if chosen is None:
+                    self._never_doubled(
                         context,
-                        f"job {metadata['name']} of an earlier try is not confirmed stopped in {cluster} "
-                        f"within {GONE_TIMEOUT:g}s: its gang may still run, so it is not started again; it "
-                        "is deleted when its cluster answers",
+                        cluster,
+                        job,
+                        f"job {metadata['name']}",
+                        ": its gang may still run, so it is not started again; it is deleted when its "
+                        "cluster answers",
                     )
         if chosen is None:
             return None
