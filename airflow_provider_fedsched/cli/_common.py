@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.limits import (
     EARLIEST_TIME,
     LATEST_TIME,
@@ -75,7 +76,7 @@ MAX_TIMEOUT = 600.0
 """``--timeout``: seconds each member cluster has to answer."""
 
 
-class UsageError(Exception):
+class UsageError(PermanentError):
     """Bad input from the command line or a file it names; printed without a traceback, exit 2."""
 
 

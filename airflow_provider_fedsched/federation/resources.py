@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, describe
 
 ResourceList = dict[str, int]
@@ -44,7 +45,7 @@ _QUANTITY = re.compile(
 )
 
 
-class QuantityError(ValueError):
+class QuantityError(PermanentError, ValueError):
     """A value that is not a valid, non-negative Kubernetes quantity."""
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.documents import read_text_file
 from airflow_provider_fedsched.federation.limits import KUBECONFIG_LIMITS
 from airflow_provider_fedsched.federation.spec import SpecError
@@ -25,7 +26,7 @@ _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
 
 
-class ClusterAccessError(ValueError):
+class ClusterAccessError(PermanentError, ValueError):
     """A member cluster whose connection or kubeconfig cannot be used."""
 
     def __init__(self, cluster: str, conn_id: str | None, problem: str) -> None:

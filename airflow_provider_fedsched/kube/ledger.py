@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_fedsched.federation._errors import TemporaryError
 from airflow_provider_fedsched.federation.resources import ResourceList
 
 ANNOTATION = "fedsched.io/placements"
@@ -33,7 +34,7 @@ write), times the round (at most 4): racing workers spread out over the time a r
 all reading and writing again at once (a loaded API server makes rounds, and so pauses, longer)."""
 
 
-class LedgerUnavailable(Exception):
+class LedgerUnavailable(TemporaryError):
     """The cluster cannot keep a ledger (no Lease API, no permission, no answer)."""
 
 

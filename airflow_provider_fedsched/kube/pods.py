@@ -22,6 +22,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 )
 from kubernetes.client import models as k8s
 
+from airflow_provider_fedsched.federation._errors import TemporaryError
 from airflow_provider_fedsched.kube.failures import ClusterFailure, is_connection_error, node_not_ready
 from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TASK_LABEL
 
@@ -74,7 +75,7 @@ class Observation:
         return ((self.pod or {}).get("status") or {}).get("phase")
 
 
-class ClusterLost(Exception):
+class ClusterLost(TemporaryError):
     """The pod's cluster or node stopped answering for longer than the task may wait (or at all, for a
     preemptible task): carries the failure to record."""
 
@@ -145,7 +146,7 @@ class Watch:
         return now - self.node_unready_since
 
 
-class PodNotDeleted(Exception):
+class PodNotDeleted(TemporaryError):
     """A pod's delete was never accepted: its cluster did not answer (or refused)."""
 
     def __init__(self, cluster: str, namespace: str, name: str, reason: str) -> None:

@@ -12,6 +12,7 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
+from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.limits import check_seconds
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
@@ -35,7 +36,7 @@ CONFLICTING = ("kubernetes_conn_id", "cluster_context", "config_file", "in_clust
 """KubernetesPodOperator arguments that pick a cluster: the federation does that."""
 
 
-class FederationError(AirflowException):
+class FederationError(AirflowException, PermanentError):
     """Bad federation input, or no cluster could run the task: the try fails with this message."""
 
 

@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.record import FAILURE_KINDS, XCOM_KEY, PlacementRecord
 from airflow_provider_fedsched.federation.spec import SpecError
@@ -228,7 +229,7 @@ def get_placement_value(session: Session, dag_id: str, run_id: str, task_id: str
 
 
 # --- Parsing ---------------------------------------------------------------------------------------------
-class UnreadableRecord(ValueError):
+class UnreadableRecord(PermanentError, ValueError):
     """A value under our XCom key that is not a placement record this version can read."""
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.costs import REPORT_GROUPS, cost_report, report_key
 
 MAX_COST_DAYS = 62
@@ -19,7 +20,7 @@ MAX_COST_DAYS = 62
 DEFAULT_COST_DAYS = 14
 
 
-class BadParameter(ValueError):
+class BadParameter(PermanentError, ValueError):
     """A query parameter the page's API refuses (a 4xx naming it)."""
 
     def __init__(self, parameter: str, problem: str) -> None:

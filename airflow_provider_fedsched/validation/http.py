@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from airflow_provider_fedsched.federation._errors import PermanentError
+
 __all__ = [
     "MAX_ID_LENGTH",
     "MAX_MAP_INDEX",
@@ -39,7 +41,7 @@ MapIndex = Annotated[int, Field(ge=-1, le=MAX_MAP_INDEX)]
 TryNumber = Annotated[int, Field(ge=0, le=MAX_TRY_NUMBER)]
 
 
-class QueryError(ValueError):
+class QueryError(PermanentError, ValueError):
     """A bad query parameter: ``status`` (400) and a message naming the parameter and what is allowed."""
 
     def __init__(self, message: str, status: int = 400) -> None:
