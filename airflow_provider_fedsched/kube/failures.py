@@ -12,7 +12,10 @@ task's own failure (a non-zero exit code fails the try as KubernetesPodOperator 
 The kinds are the failure vocabulary of ``federation/record.py``. :func:`classify` is the one place that
 judges how an attempt ended: from the errors raised and a fresh read of the pod and its events (never
 from a stale state or a timer alone). The functions read the API's JSON (dicts), so they are shared by
-the sync and deferrable paths.
+the sync and deferrable paths. A :class:`ClusterFailure` is built in this module only: a step that has
+judged for itself (a pod that disappeared, a node silent past the grace, a gang not placed in time) names
+what it saw through :func:`unreachable`, :func:`insufficient`, :func:`unschedulable` or
+:func:`disappeared`, so every failure of a cluster reads alike wherever it was found.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import json
 import socket
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_fedsched.federation.record import FailureKind
@@ -44,6 +47,30 @@ class ClusterFailure:
     def resumable(self) -> bool:
         """Evictions and preemptions interrupt work in progress: the next pod may resume a checkpoint."""
         return self.kind == "evicted"
+
+    def of(self, part: str) -> ClusterFailure:
+        """The same failure, said of ``part`` of the workload (a member pod of a Job's gang)."""
+        return replace(self, reason=f"{part}: {self.reason}")
+
+
+def unreachable(reason: str) -> ClusterFailure:
+    """The cluster (its API server, or the pod's node) did not answer, or the pod vanished unseen."""
+    return ClusterFailure("unreachable", reason)
+
+
+def insufficient(reason: str) -> ClusterFailure:
+    """The cluster cannot take the workload now (not scheduled in time, a gang not placed together)."""
+    return ClusterFailure("insufficient", reason)
+
+
+def unschedulable(message: str) -> ClusterFailure:
+    """The scheduler's ``Unschedulable`` message, held past the grace."""
+    return insufficient(f"unschedulable: {message}")
+
+
+def disappeared(what: str) -> ClusterFailure:
+    """``what`` (``pod NAME``, ``job NAME``) is gone before it ended: evicted or deleted, its fate unknown."""
+    return unreachable(f"{what} disappeared before it ended")
 
 
 def _conditions(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -303,13 +330,13 @@ def classify(
     if seen is not None:
         message = unschedulable_message(seen)
         if message is not None:
-            return ClusterFailure("insufficient", f"unschedulable: {message}")
+            return unschedulable(message)
         if timed_out and not scheduled(seen):
             after = f" within {schedule_timeout:g}s" if schedule_timeout is not None else ""
-            return ClusterFailure("insufficient", f"not scheduled{after}")
+            return insufficient(f"not scheduled{after}")
     for exc in errors:
         for error in chain(exc):
             status = getattr(error, "status", None)
             if (isinstance(status, int) and status >= 500) or is_connection_error(error):
-                return ClusterFailure("unreachable", describe_error(exc, server))
+                return unreachable(describe_error(exc, server))
     return None

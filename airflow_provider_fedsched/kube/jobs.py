@@ -79,7 +79,7 @@ class GangView:
             found = disruption(pod)
             if found is not None:
                 name = (pod.get("metadata") or {}).get("name")
-                return ClusterFailure(found.kind, f"member {name}: {found.reason}")
+                return found.of(f"member {name}")
         return None
 
     def placed_together(self) -> int:

@@ -23,6 +23,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.federation._errors import TemporaryError
+from airflow_provider_fedsched.kube import failures
 from airflow_provider_fedsched.kube.failures import ClusterFailure, is_connection_error, node_not_ready
 from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TASK_LABEL
 
@@ -241,10 +242,9 @@ class FederatedPodManager(PodManager):
             if now - stale_since >= self.watch.limit:
                 self.watch.gave_up = True
                 raise ClusterLost(
-                    ClusterFailure(
-                        "unreachable",
+                    failures.unreachable(
                         f"{self.cluster} answered only with older states of pod {name} for "
-                        f"{now - stale_since:.0f}s",
+                        f"{now - stale_since:.0f}s"
                     )
                 )
             time.sleep(CONFIRM_INTERVAL)
@@ -317,10 +317,9 @@ class FederatedPodManager(PodManager):
         if unready_for >= self.watch.grace and self.watch.node_unready_since is not None:
             self.watch.gave_up = True
             raise ClusterLost(
-                ClusterFailure(
-                    "unreachable",
+                failures.unreachable(
                     f"node {node_name} of {self.cluster} is NotReady: no word of pod "
-                    f"{remote.metadata.name} for {unready_for:.0f}s",
+                    f"{remote.metadata.name} for {unready_for:.0f}s"
                 )
             )
 
@@ -488,7 +487,7 @@ class FederatedPodManager(PodManager):
 
     def unreachable(self, exc: BaseException, waited: float) -> ClusterFailure:
         held = f" for {waited:.0f}s" if waited >= 1 else ""
-        return ClusterFailure("unreachable", f"{self.reason(exc)}{held}")
+        return failures.unreachable(f"{self.reason(exc)}{held}")
 
 
 _PHASES = {"Pending": 0, "Running": 1, "Succeeded": 2, "Failed": 2}

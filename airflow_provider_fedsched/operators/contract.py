@@ -25,6 +25,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 )
 
 from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
+from airflow_provider_fedsched.kube import failures
 from airflow_provider_fedsched.kube.failures import (
     ClusterFailure,
     api_refusal,
@@ -157,12 +158,10 @@ class Contract(EarlierTries):
             elif unschedulable_message(remote) is not None:
                 first_unschedulable = first_unschedulable or now
                 if now - first_unschedulable >= grace:
-                    raise Judged(
-                        ClusterFailure("insufficient", f"unschedulable: {unschedulable_message(remote)}")
-                    )
+                    raise Judged(failures.unschedulable(str(unschedulable_message(remote))))
             elif now - started >= self.schedule_timeout_seconds:
                 reason = f"not scheduled within {self.schedule_timeout_seconds}s"
-                raise Judged(ClusterFailure("insufficient", reason))
+                raise Judged(failures.insufficient(reason))
             began = time.monotonic()
             self._publish_attempt()  # while the pod starts: it takes part of this wait, not more
             time.sleep(max(0.0, CONFIRM_INTERVAL - (time.monotonic() - began)))
@@ -181,7 +180,7 @@ class Contract(EarlierTries):
             return judged.failure
         seen = self._observe(attempt)
         if not seen.answered:
-            return ClusterFailure("unreachable", self.pod_manager.reason(seen.error))  # type: ignore[arg-type]
+            return failures.unreachable(self.pod_manager.reason(seen.error))  # type: ignore[arg-type]
         if (
             seen.pod is None
             and self._created
@@ -189,7 +188,7 @@ class Contract(EarlierTries):
         ):
             # Gone before it ended: evicted by the cluster, or deleted by someone; its fate is unknown.
             found = classify([exc], None, seen.events, server=self.pod_manager.server)
-            return found or ClusterFailure("unreachable", f"pod {attempt.pod} disappeared before it ended")
+            return found or failures.disappeared(f"pod {attempt.pod}")
         known = seen.pod if seen.pod is not None else as_dict(self.remote_pod or self.pod) or None
         return classify([exc], known, seen.events, server=self.pod_manager.server)
 

@@ -10,8 +10,8 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.providers.cncf.kubernetes.utils.container import container_is_completed, container_is_succeeded
 
 from airflow_provider_fedsched.federation.record import Attempt
+from airflow_provider_fedsched.kube import failures
 from airflow_provider_fedsched.kube.failures import (
-    ClusterFailure,
     disruption,
     scheduled,
     unschedulable_message,
@@ -125,7 +125,7 @@ class Deferral(Contract):
                 and self._watch.ended_phase is None
                 and not self.pod_manager.observe(attempt.namespace, attempt.pod, events=False).answered
             ):
-                raise ClusterLost(ClusterFailure("unreachable", message))
+                raise ClusterLost(failures.unreachable(message))
             seen = self.pod_manager.read_pod(self.pod_request_obj)  # fresh: the event may be stale
             if not self._pod_ended(seen):
                 document = as_dict(seen)
@@ -133,11 +133,10 @@ class Deferral(Contract):
                 if found is None and (
                     unschedulable_message(document) or (status == "unschedulable" and not scheduled(document))
                 ):
-                    found = ClusterFailure(
-                        "insufficient",
-                        message
+                    found = (
+                        failures.insufficient(message)
                         if status == "unschedulable"
-                        else f"unschedulable: {unschedulable_message(document)}",
+                        else failures.unschedulable(str(unschedulable_message(document)))
                     )
                 if found is not None:
                     raise Judged(found)

@@ -32,6 +32,7 @@ from kubernetes.client import models as k8s
 from airflow_provider_fedsched.federation.record import Attempt
 from airflow_provider_fedsched.federation.request import GangRole, TaskRequest
 from airflow_provider_fedsched.federation.spec import SpecError
+from airflow_provider_fedsched.kube import failures
 from airflow_provider_fedsched.kube.failures import ClusterFailure, classify, never_sent
 from airflow_provider_fedsched.kube.jobs import GangView, JobManager
 from airflow_provider_fedsched.kube.labels import TASK_LABEL, TRY_LABEL
@@ -141,9 +142,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             view = self._read(attempt)
             if view.job is None:
                 if attempt.adopted or attempt.running_at is not None:
-                    raise Judged(
-                        ClusterFailure("unreachable", f"job {attempt.pod} disappeared before it ended")
-                    )
+                    raise Judged(failures.disappeared(f"job {attempt.pod}"))
                 if self._killed:
                     raise self._ended_by_kill(attempt)
                 self._create(context, attempt)
@@ -282,7 +281,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             raise self._ended_by_kill(attempt)
         view = self._read(attempt)
         if view.job is None:
-            raise Judged(ClusterFailure("unreachable", f"job {attempt.pod} disappeared before it ended"))
+            raise Judged(failures.disappeared(f"job {attempt.pod}"))
         found = view.disrupted()
         if found is not None:
             raise Judged(found)
@@ -306,9 +305,8 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             if waited >= grace:
                 why = view.unschedulable() or "not scheduled"
                 raise Judged(
-                    ClusterFailure(
-                        "insufficient",
-                        f"{placed} of {size} pods of the gang scheduled together within {grace:g}s: {why}",
+                    failures.insufficient(
+                        f"{placed} of {size} pods of the gang scheduled together within {grace:g}s: {why}"
                     )
                 )
         return False

@@ -31,9 +31,10 @@ from airflow_provider_fedsched.federation.resources import format_quantity
 from airflow_provider_fedsched.federation.spec import FederationSpec
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.hooks.waiting import WaitWatch
+from airflow_provider_fedsched.kube import failures
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.kube.clients import sync_api_client
-from airflow_provider_fedsched.kube.failures import ClusterFailure, describe_error, never_sent
+from airflow_provider_fedsched.kube.failures import describe_error, never_sent
 from airflow_provider_fedsched.kube.pods import FederatedPodManager, Watch, is_gone, unanswered
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import (
@@ -472,7 +473,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             if not is_gone(exc):
                 raise
         if attempt.adopted or attempt.running_at is not None:
-            raise ClusterLeft(ClusterFailure("unreachable", f"pod {attempt.pod} disappeared before it ended"))
+            raise ClusterLeft(failures.disappeared(f"pod {attempt.pod}"))
         try:
             self.pod_manager.create_pod(pod_request_obj)
         except Exception as exc:

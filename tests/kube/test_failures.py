@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
+import airflow_provider_fedsched
+from airflow_provider_fedsched.kube import failures
 from airflow_provider_fedsched.kube.failures import (
+    ClusterFailure,
     api_refusal,
     classify,
     describe_error,
+    disappeared,
     disruption,
     is_connection_error,
     never_sent,
@@ -158,3 +164,30 @@ def test_an_api_refusal_is_told_with_the_servers_message_naming_the_permission()
     assert api_refusal(wrapped) == f"403 Forbidden: {message}"
     assert api_refusal(ApiException(status=500, reason="boom")) is None  # no Status body
     assert api_refusal(ValueError("x")) is None
+
+
+def test_a_cluster_failure_is_built_in_kube_failures_only() -> None:
+    """One vocabulary: every other module names what it saw through the constructors of kube/failures.py
+    (issue 28 item 3), so a kind and its wording are decided in one place."""
+    package = Path(airflow_provider_fedsched.__file__).parent
+    home = Path(failures.__file__).resolve()
+    built_elsewhere = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in sorted(package.rglob("*.py"))
+        if path.resolve() != home
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "ClusterFailure"
+    ]
+    assert built_elsewhere == []
+
+
+def test_the_named_constructors_say_what_the_steps_saw() -> None:
+    assert disappeared("pod p-1") == ClusterFailure("unreachable", "pod p-1 disappeared before it ended")
+    assert failures.unschedulable("0/3 nodes") == ClusterFailure("insufficient", "unschedulable: 0/3 nodes")
+    assert failures.insufficient("not scheduled within 5s").kind == "insufficient"
+    evicted = disruption({"status": {"reason": "Evicted", "message": "low on memory"}})
+    assert evicted is not None
+    member = evicted.of("member job-0-abc")
+    assert (member.kind, member.reason) == ("evicted", "member job-0-abc: evicted: low on memory")
+    assert member.resumable and not member.namespace_only and not member.permanent
