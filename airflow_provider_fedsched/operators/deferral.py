@@ -19,6 +19,15 @@ from airflow_provider_fedsched.kube.failures import (
 from airflow_provider_fedsched.kube.pods import ClusterLost, as_dict
 from airflow_provider_fedsched.operators.arguments import FederationError
 from airflow_provider_fedsched.operators.contract import ClusterLeft, Contract, Judged
+from airflow_provider_fedsched.triggers.events import (
+    Done,
+    Error,
+    FencedDone,
+    Lost,
+    PodEvent,
+    Timeout,
+    Unschedulable,
+)
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
@@ -76,7 +85,13 @@ class Deferral(Contract):
         pod = self.pod_manager.read_pod(self.pod_request_obj)
         if self._pod_ended(pod):
             self.log.info("Pod %s already ended: judged without deferring", attempt.pod)
-            self._inline_result = self._reenter(context, attempt, {"status": "done"})
+            done = Done(
+                name=attempt.pod,
+                namespace=attempt.namespace,
+                fedsched_cluster=attempt.cluster,
+                message="done",
+            )
+            self._inline_result = self._reenter(context, attempt, done)
             self._settled = True
             return
         ti = context["ti"] if context is not None else None
@@ -89,30 +104,32 @@ class Deferral(Contract):
             )
         self.defer(trigger=trigger, method_name="trigger_reentry")
 
-    def _reenter(self, context: Any, attempt: Attempt, event: dict[str, Any]) -> Any:
+    def _unreadable_event(self, context: Any, attempt: Attempt, problem: str) -> FederationError:
+        """The trigger's event cannot be read (``triggers/events.py``): nobody knows what it saw, so the
+        pod is deleted and the try fails with the field at fault, as when the trigger itself failed."""
+        self.use_cluster(attempt.cluster)
+        self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
+        self.log.error("%s: deleting pod %s", problem, attempt.pod)
+        return self._trigger_failed(context, attempt, problem)
+
+    def _reenter(self, context: Any, attempt: Attempt, event: PodEvent) -> Any:
         """Judge the attempt the trigger fired about, from a fresh read of its pod."""
-        status, message = str(event.get("status")), str(event.get("message") or event.get("status"))
+        status, message = event.status, event.message or event.status
         deferred = self.federation_hook.state.deferred
         noted = deferred.get(attempt.cluster, attempt.namespace, attempt.pod) or {}
         deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
         self.pod_request_obj = self._attempt_pod(attempt)
-        self._watch.reset(self._grace() if status != "lost" else 0.0, self._result_grace())
+        self._watch.reset(self._grace() if not isinstance(event, Lost) else 0.0, self._result_grace())
         # A trigger that saw the pod end (this one, or one a restarted triggerer lost): its result is
         # known, whatever happens to its cluster now.
         self._watch.seen(str(noted.get("ended") or ""))
-        if status == "done":
-            self._watch.seen(str(event.get("phase") or ""))
-        if status == "error":
+        if isinstance(event, Done):
+            self._watch.seen(event.phase or "")
+        if isinstance(event, Error):
             raise self._trigger_failed(context, attempt, message)
-        if status == "fenced_done":  # a pod this try left Succeeded: this copy is stopped, its result taken
-            done = next(
-                (
-                    a
-                    for a in self._fenced(attempt)
-                    if (a.cluster, a.pod) == (event.get("fenced_cluster"), event.get("fenced_pod"))
-                ),
-                None,
-            )
+        if isinstance(event, FencedDone):  # a pod this try left Succeeded: stop this copy, take its result
+            wanted = (event.fenced_cluster, event.fenced_pod)
+            done = next((a for a in self._fenced(attempt) if (a.cluster, a.pod) == wanted), None)
             if done is not None:
                 self.log.warning("%s: stopping pod %s in %s", message, attempt.pod, attempt.cluster)
                 self._take_fenced(context, attempt, done)
@@ -121,7 +138,7 @@ class Deferral(Contract):
         try:
             # A lost event may be minutes old: a cluster that answers now is judged by its answer.
             if (
-                status == "lost"
+                isinstance(event, Lost)
                 and self._watch.ended_phase is None
                 and not self.pod_manager.observe(attempt.namespace, attempt.pod, events=False).answered
             ):
@@ -131,16 +148,17 @@ class Deferral(Contract):
                 document = as_dict(seen)
                 found = disruption(document)
                 if found is None and (
-                    unschedulable_message(document) or (status == "unschedulable" and not scheduled(document))
+                    unschedulable_message(document)
+                    or (isinstance(event, Unschedulable) and not scheduled(document))
                 ):
                     found = (
                         failures.insufficient(message)
-                        if status == "unschedulable"
+                        if isinstance(event, Unschedulable)
                         else failures.unschedulable(str(unschedulable_message(document)))
                     )
                 if found is not None:
                     raise Judged(found)
-                if status == "timeout":
+                if isinstance(event, Timeout):
                     raise FederationError(f"{message}: the pod had not ended")
                 self.log.info("Pod %s runs on (the trigger said %s): watching on", attempt.pod, status)
                 self.invoke_defer_method(context=context)
@@ -152,7 +170,7 @@ class Deferral(Contract):
                 self,
                 context,
                 {
-                    **event,
+                    **event.dump(),
                     "status": "success" if succeeded else "failed",
                     "message": "pod failed",
                     "name": attempt.pod,

@@ -47,6 +47,7 @@ from airflow_provider_fedsched.operators.contract import ClusterLeft
 from airflow_provider_fedsched.operators.deferral import Deferral
 from airflow_provider_fedsched.operators.links import FederationLinks
 from airflow_provider_fedsched.render import decision_table
+from airflow_provider_fedsched.triggers.events import PodEvent, UnreadableEvent, WaitEvent, decode
 
 __all__ = ["FederatedKubernetesOperator", "FederationError"]
 
@@ -193,10 +194,16 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             return self._continue(context)
 
     def resume_placement(self, context: Any, event: Any = None) -> Any:
-        """Re-entry after a deferred wait: decide again."""
+        """Re-entry after a deferred wait: decide again. An event that cannot be read ends the try, failed,
+        with the field at fault (no pod of it runs while it waits)."""
         self._begin(context)
-        if isinstance(event, dict) and event.get("message"):
-            self.log.info("Deciding again: %s", event["message"])
+        if event is not None:
+            try:
+                news = decode(event, WaitEvent)
+            except UnreadableEvent as exc:
+                raise self._give_up(context, str(exc)) from None
+            if news.message:
+                self.log.info("Deciding again: %s", news.message)
         with self._sweeping_at_the_end():
             return self._place_and_run(context)
 
@@ -206,9 +213,13 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         attempt = self._record.current
         if attempt is None or attempt.outcome != "running":
             raise FederationError("resumed from a deferral without a running attempt in the placement record")
-        self.use_cluster(str(event.get("fedsched_cluster") or attempt.cluster))
+        try:
+            news = decode(event, PodEvent)
+        except UnreadableEvent as exc:
+            raise self._unreadable_event(context, attempt, str(exc)) from None
+        self.use_cluster(news.fedsched_cluster or attempt.cluster)
         with self._sweeping_at_the_end():
-            return self._reenter(context, attempt, event)
+            return self._reenter(context, attempt, news)
 
     @contextlib.contextmanager
     def _sweeping_at_the_end(self) -> Iterator[None]:

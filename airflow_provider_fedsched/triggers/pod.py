@@ -7,6 +7,7 @@ of the triggerer process plays no part. It fires only with news the operator mus
 was evicted, stayed unschedulable past its grace, disappeared, its cluster (or node) did not answer
 for longer than the task's ``unreachable_grace``, or a pod the preemptible try fenced when it moved
 turned out to have Succeeded (``fenced_done``: the operator stops this copy and takes that result).
+Each event is a kind of ``triggers/events.py``, the model the operator decodes it with.
 A timer alone never judges an attempt: the operator reads the pod again when it resumes. It never fires
 sooner than :data:`MIN_DEFERRAL_SECONDS` after it started, so that the scheduler has seen the task
 deferred before the event resumes it.
@@ -37,6 +38,18 @@ from airflow_provider_fedsched.kube.failures import (
     unschedulable_message,
 )
 from airflow_provider_fedsched.kube.pods import aremove, is_gone
+from airflow_provider_fedsched.triggers.events import (
+    Cancelled,
+    Done,
+    Error,
+    Evicted,
+    FencedDone,
+    Gone,
+    Lost,
+    PodEvent,
+    Timeout,
+    Unschedulable,
+)
 
 _T = TypeVar("_T")
 
@@ -170,19 +183,13 @@ class FederatedPodTrigger(BaseTrigger):
         return client.CoreV1Api(await api_client(access)), access.server
 
     # Watching ----------------------------------------------------------------------------------------
-    def _event(self, status: str, message: str, **extra: Any) -> TriggerEvent:
+    def _event(self, kind: type[PodEvent], message: str, **extra: Any) -> TriggerEvent:
+        """The event of ``kind`` about this trigger's pod (``triggers/events.py``), with the
+        ``trigger_kwargs`` it was given."""
         self._fired = True
-        return TriggerEvent(  # type: ignore[no-untyped-call]
-            {
-                "status": status,
-                "name": self.pod_name,
-                "namespace": self.pod_namespace,
-                "message": message,
-                "fedsched_cluster": self.cluster,
-                **extra,
-                **self.trigger_kwargs,
-            }
-        )
+        where = {"name": self.pod_name, "namespace": self.pod_namespace, "fedsched_cluster": self.cluster}
+        event = kind.model_validate({**where, "message": message, **extra, **self.trigger_kwargs})
+        return TriggerEvent(event.dump())  # type: ignore[no-untyped-call]
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
@@ -207,7 +214,7 @@ class FederatedPodTrigger(BaseTrigger):
                 event = await self._watch()
             except Exception as exc:  # a trigger that errors: the operator deletes the pod and fails the try
                 self.log.exception("Watching pod %s/%s failed", self.pod_namespace, self.pod_name)
-                event = self._event("error", f"the trigger failed watching the pod: {exc!r}")
+                event = self._event(Error, f"the trigger failed watching the pod: {exc!r}")
             wait = (self.not_before or 0) - time.time()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -239,7 +246,7 @@ class FederatedPodTrigger(BaseTrigger):
             self.pod_name,
         )
         await self._clean_up()
-        return self._event("cancelled", f"the task instance was {state} while its trigger waited")
+        return self._event(Cancelled, f"the task instance was {state} while its trigger waited")
 
     async def _clean_up(self) -> None:
         """Delete the pod and record it, once, to the end even if the trigger is cancelled meanwhile (the
@@ -252,7 +259,7 @@ class FederatedPodTrigger(BaseTrigger):
         try:
             api, server = await self._api()
         except Exception as exc:  # a missing connection or spec: the operator fails the try with it
-            return self._event("error", f"cannot reach cluster {self.cluster}: {exc}")
+            return self._event(Error, f"cannot reach cluster {self.cluster}: {exc}")
         started = time.monotonic()
         # Unseen since the deferral for too long, the pod may have ended: a silent first read is waited
         # out within the result grace, never taken for a pod lost while it ran.
@@ -266,7 +273,7 @@ class FederatedPodTrigger(BaseTrigger):
         while True:
             now = time.monotonic()
             if self.execution_deadline is not None and time.time() >= self.execution_deadline:
-                return self._event("timeout", "the task's execution_timeout passed")
+                return self._event(Timeout, "the task's execution_timeout passed")
             try:
                 raw = await api.read_namespaced_pod(
                     self.pod_name, self.pod_namespace, _preload_content=False, _request_timeout=timeout
@@ -281,12 +288,12 @@ class FederatedPodTrigger(BaseTrigger):
                     raw.release()
             except Exception as exc:
                 if is_gone(exc):
-                    return self._event("gone", f"pod {self.pod_namespace}/{self.pod_name} no longer exists")
+                    return self._event(Gone, f"pod {self.pod_namespace}/{self.pod_name} no longer exists")
                 unanswered_since = unanswered_since or now
                 waited = now - unanswered_since
                 if waited >= grace:
                     return self._event(
-                        "lost",
+                        Lost,
                         f"{describe_error(exc, server, READ_TIMEOUT)}"
                         + (f" for {waited:.0f}s" if waited else ""),
                         unanswered_seconds=waited,
@@ -297,7 +304,7 @@ class FederatedPodTrigger(BaseTrigger):
             done = await self._fenced_succeeded() if self.fenced else None
             if done is not None:
                 return self._event(
-                    "fenced_done",
+                    FencedDone,
                     f"pod {done['pod']}, left in {done['cluster']} when it stopped answering, Succeeded",
                     fenced_pod=done["pod"],
                     fenced_cluster=done["cluster"],
@@ -306,25 +313,25 @@ class FederatedPodTrigger(BaseTrigger):
             phase = status.get("phase")
             found = disruption(pod)
             if found is not None:
-                return self._event("evicted", found.reason)
+                return self._event(Evicted, found.reason)
             if phase in ("Succeeded", "Failed") or _base_terminated(pod, self.base_container_name):
                 if phase in ("Succeeded", "Failed"):
                     await self._note_ended(str(phase))
-                return self._event("done", f"pod {phase or 'ended'}", phase=phase)
+                return self._event(Done, f"pod {phase or 'ended'}", phase=phase)
             message = unschedulable_message(pod)
             if message is not None:
                 unschedulable_since = unschedulable_since or now
                 if now - unschedulable_since >= self.unschedulable_grace:
-                    return self._event("unschedulable", f"unschedulable: {message}")
+                    return self._event(Unschedulable, f"unschedulable: {message}")
             elif not scheduled(pod) and now - started >= self.schedule_timeout:
-                return self._event("unschedulable", f"not scheduled within {self.schedule_timeout:g}s")
+                return self._event(Unschedulable, f"not scheduled within {self.schedule_timeout:g}s")
             unready = await self._node_unready(api, pod)
             unready_since = (unready_since or now) if unready else None
             if unready_since is not None and now - unready_since >= self.unreachable_grace:
                 node = (pod.get("spec") or {}).get("nodeName")
                 silent = now - unready_since
                 message = f"node {node} of {self.cluster} is NotReady: no word of the pod for {silent:.0f}s"
-                return self._event("lost", message)
+                return self._event(Lost, message)
             await asyncio.sleep(self.poll_interval)
 
     async def _fenced_succeeded(self) -> dict[str, Any] | None:

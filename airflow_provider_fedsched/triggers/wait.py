@@ -16,7 +16,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_fedsched.triggers.events import Changed, Deadline
 from airflow_provider_fedsched.triggers.pod import _off_the_loop, min_deferral_seconds
+
+DEADLINE = "the wait's deadline"
 
 
 class FederationWaitTrigger(BaseTrigger):
@@ -68,5 +71,5 @@ class FederationWaitTrigger(BaseTrigger):
                 self.log.warning("Could not check shared state while waiting: %s", exc)
         if (early := self.not_before - time.time()) > 0:
             await asyncio.sleep(early)
-        status = "deadline" if news is None else "changed"
-        yield TriggerEvent({"status": status, "message": news or "the wait's deadline"})  # type: ignore[no-untyped-call]
+        event = Changed(message=news or DEADLINE) if news is not None else Deadline(message=DEADLINE)
+        yield TriggerEvent(event.dump())  # type: ignore[no-untyped-call]

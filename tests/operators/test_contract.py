@@ -301,6 +301,22 @@ def test_a_trigger_that_fails_deletes_the_pod_and_never_runs_the_work_twice(
     assert pods_of(sim_federation, "fed_trigger_fails") == []
 
 
+def test_an_event_the_operator_cannot_read_deletes_the_pod_and_names_the_field(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+) -> None:
+    """Never taken for news it does not carry (triggers/events.py): the try fails as when its trigger
+    failed, naming the field at fault, and its pod does not outlive it."""
+    state, record, _ = run("fed_trigger_garbled")
+
+    assert state == "failed" and record is not None
+    (attempt,) = record["attempts"]
+    assert attempt["outcome"] == "failed"
+    assert "the trigger's event is unreadable: status: Input tag 'finished'" in record["reason"]
+    assert "its pod was deleted" in record["reason"]
+    assert creates() == 1  # not started again elsewhere
+    assert pods_of(sim_federation, "fed_trigger_garbled") == []
+
+
 def test_a_finished_pod_whose_delete_is_not_answered_is_written_down_and_swept(
     sim_federation: SimFederation, federation: Path
 ) -> None:

@@ -283,6 +283,13 @@ class _CrashingTriggerOperator(FederatedKubernetesOperator):
 
 trigger_dag("fed_trigger_fails", _CrashingTriggerOperator, annotations=sim(duration=600))
 
+
+class _GarbledEventOperator(FederatedKubernetesOperator):
+    trigger_class = "tests.operators.crashing_trigger.GarbledEventTrigger"
+
+
+trigger_dag("fed_trigger_garbled", _GarbledEventOperator, annotations=sim(duration=600))
+
 # Deferred preemptible tasks whose pod ended, or whose cluster went silent, at a moment the test trigger
 # chooses (test_contract.py): a result known is never run again, a cluster that answers is believed.
 PREEMPTIBLE = {"preemptible": True, "checkpoint": "s3://bucket/ckpt"}
