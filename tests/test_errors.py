@@ -79,6 +79,7 @@ def test_every_error_of_the_provider_has_the_root_and_one_branch() -> None:
         ("validation.http.QueryError", PermanentError, ValueError),
         ("plugins.usage.BadParameter", PermanentError, ValueError),
         ("plugins.history.UnreadableRecord", PermanentError, ValueError),
+        ("triggers.events.UnreadableEvent", PermanentError, ValueError),
         ("kube.pods.ClusterLost", TemporaryError, Exception),
         ("kube.pods.PodNotDeleted", TemporaryError, Exception),
         ("kube.ledger.LedgerUnavailable", TemporaryError, Exception),

@@ -74,7 +74,7 @@ def test_a_finished_pod_fires_done_and_never_before_the_floor(
     start_pod(sim_federation, "east-cpu", "trig-done", duration=1)
     started = time.time()
     event = first_event(trigger(federation, "east-cpu", "trig-done", not_before=started + 2))
-    assert event["status"] == "done" and event["fedsched_cluster"] == "east-cpu"
+    assert event["status"] == "done" and event["fedsched_cluster"] == "east-cpu" and event["version"] == 2
     assert time.time() - started >= 2  # held back: a short deferral races the scheduler
     sim_federation["east-cpu"].delete_pod("default", "trig-done", grace=0)
 
