@@ -64,7 +64,7 @@ SOAK_VENV := .venv-soak
 soak-install: $(SOAK_VENV)/.installed
 
 $(SOAK_VENV)/.installed: pyproject.toml uv.lock | $(UV)
-	UV_PROJECT_ENVIRONMENT=$(SOAK_VENV) $(UV) sync --frozen --group soak
+	UV_PROJECT_ENVIRONMENT=$(SOAK_VENV) $(UV) sync --frozen --group soak --compile-bytecode
 	touch $@
 
 # >= 200 tasks, LocalExecutor, then CeleryExecutor (Redis broker, two workers); about 35 min each on 2 cores.

@@ -354,6 +354,14 @@ class FederationSpec(_Model):
             tenants={tenant.name: tenant for tenant in self.tenants},
         )
 
+    @cached_property
+    def region_groups(self) -> dict[str, str]:
+        """Region -> the proximity group of its first cluster (computed once: decisions read it)."""
+        groups: dict[str, str] = {}
+        for cluster in self.clusters:
+            groups.setdefault(cluster.region, cluster.proximity_group)
+        return groups
+
     def cluster(self, name: str) -> ClusterSpec:
         found = self._names.clusters.get(name)
         if found is None:

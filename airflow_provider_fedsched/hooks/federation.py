@@ -7,6 +7,7 @@ takes milliseconds. A cluster that does not answer in time is unavailable, with 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -54,8 +55,10 @@ DEFAULT_SNAPSHOT_TIMEOUT = 2.0
 POLL_INTERVAL_BOUNDS = (2.0, 120.0)
 """Status polling and health checks: never more often than every 2 s, never less than every 2 min."""
 
-# Deciding and reserving happen under one lock per process, so that concurrent placements in a process
-# (threads, triggers) each see the reservations of the ones before.
+# Without placement ledgers ([fedsched] placement_ledger = False), deciding and reserving happen under one
+# lock per process, so that concurrent placements in a process (threads) each see the reservations of the
+# ones before. With them, the ledger's compare-and-set arbitrates between threads as between processes,
+# and a process's placements run side by side.
 _placement_lock = threading.Lock()
 
 
@@ -244,9 +247,9 @@ class FederationHook(BaseHook):
         forecast: Mapping[str, float] | None = None,
     ) -> Decision:
         """Decide and, when placed, hold the request on the chosen cluster: in that cluster's ledger
-        (compare-and-set, across processes and hosts), and in shared state for the next decisions. A
-        cluster whose ledger has no room left (other workers took it) is left out and the decision made
-        again; deciding and reserving are one step per process."""
+        (compare-and-set, across threads, processes and hosts), and in shared state for the next decisions.
+        A cluster whose ledger has no room left (other workers took it) is left out and the decision made
+        again. Without ledgers, deciding and reserving are one step per process."""
         started = time.perf_counter()
         decision = self._place(request, placement_id, exclude, excluded_at, impossible, policy, forecast)
         metrics.decision(decision, time.perf_counter() - started)
@@ -262,7 +265,7 @@ class FederationHook(BaseHook):
         policy: PolicySpec | None,
         forecast: Mapping[str, float] | None,
     ) -> Decision:
-        with _placement_lock:
+        with _placement_lock if not ledgers.enabled() else contextlib.nullcontext():
             full: dict[str, str] = {}
             while True:
                 decision = self.decide(

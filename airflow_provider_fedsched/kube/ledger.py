@@ -14,6 +14,7 @@ back to reservations in shared state, and says so.
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,8 +23,14 @@ from typing import Any
 from airflow_provider_fedsched.federation.resources import ResourceList, add
 
 ANNOTATION = "fedsched.io/placements"
-MAX_CONFLICTS = 8
-"""Compare-and-set rounds before giving up (each one means another worker changed the ledger meanwhile)."""
+MAX_CONFLICTS = 32
+"""Compare-and-set rounds before a placement stops waiting for a busy ledger (each conflict means another
+worker changed it meanwhile: progress, not failure). Then the cluster is judged to have no room for now,
+and the placement is decided again without it; the ledger is not given up on."""
+CONFLICT_PAUSE = 1.0
+"""After a conflict, a random pause of up to this many times the last round's duration (read, check,
+write), times the round (at most 4): racing workers spread out over the time a round takes instead of
+all reading and writing again at once (a loaded API server makes rounds, and so pauses, longer)."""
 
 
 class LedgerUnavailable(Exception):
@@ -125,8 +132,13 @@ class PlacementLedger:
     ) -> bool:
         """Hold ``requests`` for ``placement_id`` if ``fits(held)`` says the cluster still has room with
         everything the ledger holds; True when held. Entries whose pod ``landed`` (a snapshot taken after
-        them shows it) or older than ``ttl`` are dropped on the way."""
-        for _ in range(MAX_CONFLICTS):
+        them shows it) or older than ``ttl`` are dropped on the way. False when there is no room, or when
+        :data:`MAX_CONFLICTS` rounds in a row lost the race to other workers."""
+        spent = 0.0
+        for attempt in range(MAX_CONFLICTS):
+            if attempt:
+                _pause(attempt, spent)
+            began = time.monotonic()
             lease = self._read()
             now = time.time()
             current = self.entries(lease)
@@ -142,11 +154,17 @@ class PlacementLedger:
                 return False
             if self._replace(lease, {**kept, placement_id: Entry(dict(requests), now)}):
                 return True
-        raise LedgerUnavailable(f"{MAX_CONFLICTS} conflicting writers in a row")
+            spent = time.monotonic() - began
+        return False
 
     def release(self, placement_id: str) -> None:
-        """Drop ``placement_id`` (its pod ended, left, or shows in a snapshot)."""
-        for _ in range(MAX_CONFLICTS):
+        """Drop ``placement_id`` (its pod ended, left, or shows in a snapshot); left to expire (``ttl``)
+        when :data:`MAX_CONFLICTS` rounds in a row lost the race to other workers."""
+        spent = 0.0
+        for attempt in range(MAX_CONFLICTS):
+            if attempt:
+                _pause(attempt, spent)
+            began = time.monotonic()
             lease = self._read()
             current = self.entries(lease)
             if placement_id not in current:
@@ -154,7 +172,11 @@ class PlacementLedger:
             current.pop(placement_id)
             if self._replace(lease, current):
                 return
-        raise LedgerUnavailable(f"{MAX_CONFLICTS} conflicting writers in a row")
+            spent = time.monotonic() - began
 
     def held(self) -> dict[str, Entry]:
         return self.entries(self._read())
+
+
+def _pause(attempt: int, round_seconds: float) -> None:
+    time.sleep(random.uniform(0.0, CONFLICT_PAUSE * round_seconds * min(attempt, 4)))

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from airflow_provider_fedsched.federation.plan import Plan
-from airflow_provider_fedsched.federation.resources import ResourceList, add
+from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.state.backend import StateBackend
 from airflow_provider_fedsched.state.base import Store, mapping
@@ -63,6 +63,8 @@ class SnapshotStore(Store):
     # Decoded snapshots by (state prefix, cluster), shared by every hook in the process: decoding and
     # indexing a snapshot costs more than reading it.
     _decoded: ClassVar[dict[tuple[str, str], ClusterSnapshot]] = {}
+    # The index's entries as read (each cluster's observed_at text and its time), parsed once each.
+    _times: ClassVar[dict[tuple[str, str], tuple[Any, datetime | None]]] = {}
 
     def __init__(self, backend: StateBackend, prefix: str) -> None:
         super().__init__(backend, prefix)
@@ -102,8 +104,15 @@ class SnapshotStore(Store):
             index = read_stored(index_key, index, mapping) or {}
         result: dict[str, ClusterSnapshot] = {}
         outdated: dict[str, datetime] = {}
+        times = self._times
         for name in clusters:
-            at = read_stored(f"{index_key}[{name}]", index.get(name), stored_time)
+            raw = index.get(name)
+            known = times.get((self.prefix, name))
+            if known is not None and known[0] == raw:
+                at = known[1]
+            else:
+                at = read_stored(f"{index_key}[{name}]", raw, stored_time)
+                times[(self.prefix, name)] = (raw, at)
             if at is None:
                 continue
             cached = self._decoded.get((self.prefix, name))
@@ -224,22 +233,41 @@ class ReservationStore(Store):
         requests)``, oldest first (one read for both)."""
         return by_cluster_and_tenant(self.holds(snapshots, now))
 
+    # Per key, the stored value and the hold it was read as (None: unreadable), shared in the process: a
+    # decision reads every reservation in flight, and most were read as they are by the decision before.
+    _read: ClassVar[dict[str, tuple[Any, Hold | None]]] = {}
+
     def holds(self, snapshots: Mapping[str, ClusterSnapshot], now: datetime) -> list[Hold]:
         """Every reservation not yet seen in its cluster's snapshot nor expired (those are deleted on the
         way), oldest first (by time, then placement id)."""
         found: list[Hold] = []
-        for key, raw in self.backend.get_many(f"{self.prefix}/reservation/").items():
-            cluster, placement_id = key.rsplit("/", 2)[-2:]
-            stored = read_stored(key, raw or None, _reservation)
-            if stored is None:
+        listed = self.backend.get_many(f"{self.prefix}/reservation/")
+        for key in [key for key in self._read if key.startswith(self.prefix) and key not in listed]:
+            self._read.pop(key, None)
+        for key, raw in listed.items():
+            known = self._read.get(key)
+            if known is not None and known[0] == raw:
+                hold = known[1]
+            else:
+                cluster, placement_id = key.rsplit("/", 2)[-2:]
+                stored = read_stored(key, raw or None, _reservation)
+                hold = None
+                if stored is not None:
+                    hold = Hold(stored.at, placement_id, cluster, stored.tenant, dict(stored.requests))
+                self._read[key] = (raw, hold)
+            if hold is None:
                 continue
-            snapshot = snapshots.get(cluster)
-            at = stored.at
-            seen = snapshot is not None and snapshot.observed_at > at and placement_id in snapshot.placements
+            snapshot = snapshots.get(hold.cluster)
+            at = hold.at
+            seen = (
+                snapshot is not None
+                and snapshot.observed_at > at
+                and hold.placement_id in snapshot.placements
+            )
             if seen or now - at > RESERVATION_TTL:
                 self.backend.delete(key)
                 continue
-            found.append(Hold(at, placement_id, cluster, stored.tenant, dict(stored.requests)))
+            found.append(hold)
         found.sort(key=lambda hold: (hold.at, hold.placement_id))
         return found
 
@@ -263,7 +291,11 @@ def by_cluster_and_tenant(
     result: dict[str, ResourceList] = {}
     tenants: dict[str, list[tuple[datetime, str, ResourceList]]] = {}
     for hold in holds:
-        result[hold.cluster] = add(result.get(hold.cluster, {}), hold.requests)
+        summed = result.get(hold.cluster)
+        if summed is None:
+            summed = result[hold.cluster] = {}
+        for name, amount in hold.requests.items():  # in place: one sum per cluster, not a copy per hold
+            summed[name] = summed.get(name, 0) + amount
         if hold.tenant:
             tenants.setdefault(hold.tenant, []).append((hold.at, hold.placement_id, hold.requests))
     return result, tenants

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -120,3 +121,29 @@ def test_reservations_hold_across_worker_processes(
     FederationHook(spec_path, kubeconfig=solo.kubeconfig_path, state=AirflowVariableStateBackend()).collect()
     outcomes = place_concurrently(solo, spec_path, tmp_path, ledger=True)
     assert outcomes.count("placed") == SLOTS and outcomes.count("wait") == WORKERS - SLOTS
+
+
+def test_a_busy_ledger_is_waited_for_never_given_up_on(solo: SimFederation, spec_path: Path) -> None:
+    """Twelve threads of one process place at once on room for two: the ledger's compare-and-set
+    arbitrates (no process lock), losing writers retry while the room lasts, and a busy ledger is never
+    mistaken for one the cluster cannot keep (which would leave only shared state to guard the room)."""
+    hook = FederationHook(
+        spec_path, kubeconfig=solo.kubeconfig_path, state=FederationState(MemoryStateBackend())
+    )
+    hook.collect()
+    hook.access("solo")
+    barrier = threading.Barrier(12)
+    outcomes: list[str] = []
+
+    def place(index: int) -> None:
+        barrier.wait()
+        outcomes.append(hook.place(REQUEST, f"burst-{index}").outcome)
+
+    threads = [threading.Thread(target=place, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(outcomes) == ["placed"] * SLOTS + ["wait"] * (12 - SLOTS)
+    assert len(ledgers.held(hook, "solo")) == SLOTS
+    assert (hook.spec.name, "solo") not in ledgers._unavailable
