@@ -160,12 +160,16 @@ def read_nodes(path: str | Path) -> list[Node]:
     return nodes
 
 
-def read_pods(path: str | Path) -> list[Task]:
+def read_pods(path: str | Path, *, cap_gpu_milli: bool = False) -> list[Task]:
     """Pods as tasks, in arrival order (creation time, then file order).
 
     A pod's run time is ``deletion_time - scheduled_time``, or ``deletion_time - creation_time`` for a
     pod the trace never scheduled (how long it was wanted), and at least one second. A file without
     time columns (``openb_pod_list_multigpu20.csv``) gets times from :func:`shape_trace`.
+
+    ``cap_gpu_milli`` (the fragmentation protocol's reading): ``gpu_milli`` above 1000 counts as 1000, and
+    a pod must share a GPU on one device only (``num_gpu`` 1), as the protocol's reference simulator
+    requires, so that ``Task.gpu_milli`` tells the devices and the share on each.
     """
     path = Path(path)
     header, rows = _open_rows(path, POD_COLUMNS, "pods")
@@ -182,8 +186,15 @@ def read_pods(path: str | Path) -> list[Task]:
         seen.add(name)
         num_gpu = _integer(row, "num_gpu", where)
         gpu_milli = _integer(row, "gpu_milli", where)
+        if gpu_milli > 1000 and cap_gpu_milli:
+            gpu_milli = 1000
         if gpu_milli > 1000:
             raise ReplayInputError(f"{where}: gpu_milli: {gpu_milli} is more than one GPU (1000)")
+        if cap_gpu_milli and num_gpu > 1 and 0 < gpu_milli < 1000:
+            raise ReplayInputError(
+                f"{where}: gpu_milli: {gpu_milli} on each of {num_gpu} GPUs (num_gpu): a pod may share "
+                "a GPU on one device only"
+            )
         qos = (row.get("qos") or "").strip() or "BE"
         if qos not in QOS_CLASSES:
             raise ReplayInputError(f"{where}: qos: {qos!r} is not one of {', '.join(QOS_CLASSES)}")

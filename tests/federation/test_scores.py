@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_fedsched.federation import Decision, FederationEngine, TaskRequest
+from airflow_provider_fedsched.federation.registry import default_weights
 from airflow_provider_fedsched.render import decision_table
 from tests.federation.helpers import GPU, NOW, cluster, node, request, snapshot, spec
 
@@ -21,7 +22,7 @@ def decide(fed: Any, req: TaskRequest, **kwargs: Any) -> Decision:
 
 def only(plugin: str) -> dict[str, Any]:
     """A policy that scores with ``plugin`` alone (weight 1)."""
-    weights = {name: 0.0 for name in ("cost", "locality", "proximity", "headroom", "forecast")}
+    weights = dict.fromkeys(default_weights(), 0.0)
     weights[plugin.lower()] = 1.0
     return {"weights": weights}
 
