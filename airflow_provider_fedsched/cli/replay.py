@@ -109,8 +109,8 @@ def _validate(args: argparse.Namespace) -> None:
         for option, name in (*_MAKESPAN_ONLY, *_MAKESPAN_ONLY_TRACE):
             if getattr(args, name) is not None:
                 raise UsageError(
-                    f"{option}: not with --protocol fragmentation (it replays a pod list: --nodes and --pods, "
-                    "seeds with --seeds)"
+                    f"{option}: not with --protocol fragmentation (it replays a pod list: --nodes and "
+                    "--pods, seeds with --seeds)"
                 )
         if args.pods is None:
             raise UsageError("--pods: required with --nodes")
@@ -176,13 +176,8 @@ def _replay_with_progress(
 
 
 def _run_fragmentation(args: argparse.Namespace) -> int:
-    from airflow_provider_fedsched.replay.fragmentation import (
-        Protocol,
-        default_jobs,
-        policies_for,
-        read_pod_list,
-        run_protocol,
-    )
+    from airflow_provider_fedsched.replay.fragmentation import Protocol, read_pod_list
+    from airflow_provider_fedsched.replay.fragmentation_run import default_jobs, policies_for, run_protocol
     from airflow_provider_fedsched.replay.report import plot_fragmentation, render_fragmentation
 
     protocol = Protocol(

@@ -253,12 +253,18 @@ class GpuView:
     _node_fragmentation: Floats = field(init=False)
     _dirty: Bools = field(init=False)
     """Nodes changed since their fragmentation was last computed (it is computed when read)."""
+    _largest: Ints = field(init=False)
+    """(N,) the most any one device has free."""
+    _whole: Ints = field(init=False)
+    """(N,) devices wholly free."""
 
     def __post_init__(self) -> None:
         self._compiled = _compile(self.workload, self.models)
         self.versions = np.zeros(self.cpu.shape[0], np.int64)
         self._node_fragmentation = _fragmentation(self._compiled, self.cpu, self.devices, self.model)
         self._dirty = np.zeros(self.cpu.shape[0], np.bool_)
+        self._largest = self.devices.max(axis=1)
+        self._whole = (self.devices == MILLI).sum(axis=1)
 
     @property
     def fragmentation(self) -> Floats:
@@ -308,7 +314,11 @@ class GpuView:
     def fits(self, shape: TaskShape, memory: int) -> Bools:
         """(N,) nodes with the task's cpu, memory and GPU room free now (GPU model not checked)."""
         fits = (self.cpu >= shape.cpu) & (self.memory >= memory)
-        if shape.gpus:
+        if shape.gpus == 1:
+            fits &= self._largest >= shape.gpu_milli
+        elif shape.gpus and shape.gpu_milli == MILLI:
+            fits &= self._whole >= shape.gpus
+        elif shape.gpus:
             fits &= (self.devices >= shape.gpu_milli).sum(axis=1) >= shape.gpus
         return fits
 
@@ -392,6 +402,9 @@ class GpuView:
     def _changed(self, rows: Ints) -> None:
         self.versions[rows] += 1
         self._dirty[rows] = True
+        devices = self.devices[rows]
+        self._largest[rows] = devices.max(axis=1)
+        self._whole[rows] = (devices == MILLI).sum(axis=1)
 
     def fragmentation_ratio(self) -> float:
         """Fragmented share of the free GPU capacity (0 when no GPU is free)."""

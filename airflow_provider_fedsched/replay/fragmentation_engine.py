@@ -36,10 +36,10 @@ from airflow_provider_fedsched.replay.fragmentation import (
     Federated,
     PodList,
     Protocol,
+    Recorder,
     SeedRun,
-    _fragmentation_ratio,
-    _Recorder,
     federate,
+    fragmentation_ratio,
 )
 from airflow_provider_fedsched.replay.policies import Pricing
 from airflow_provider_fedsched.replay.simulator import EPOCH, GPU_TOLERATION
@@ -152,9 +152,9 @@ def run_fedsched(
     specs = sorted({task.gpu_spec for task in pods.tasks} - {""})
     views = _Snapshots(members, specs, workload_of(pods))
     positions = {name: {node: row for row, node in enumerate(m.names)} for name, m in members.items()}
-    recorder = _Recorder(len(order), int(sum(int(m.gpus.sum()) for m in members.values())), protocol.load)
+    recorder = Recorder(len(order), int(sum(int(m.gpus.sum()) for m in members.values())), protocol.load)
     everyone = list(members.values())
-    ratio = lambda: _fragmentation_ratio(everyone)  # noqa: E731
+    ratio = lambda: fragmentation_ratio(everyone)  # noqa: E731
     pace = protocol.window / max(1, len(order))
     violations = decisions = 0
     for position, index in enumerate(order):

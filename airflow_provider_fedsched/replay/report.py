@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from airflow_provider_fedsched.replay.fragmentation import FragmentationReport
+from airflow_provider_fedsched.replay.fragmentation_run import FragmentationReport
 from airflow_provider_fedsched.replay.run import ReplayReport
 
 __all__ = ["plot", "plot_fragmentation", "render_fragmentation", "render_table"]
@@ -134,7 +134,7 @@ def render_fragmentation(report: FragmentationReport, width: int = 220) -> str:
         for name, summary in report.policies.items():
             if what == "allocation":
                 cells = [
-                    f"{100 * summary.allocation[load]:.2f} ± {100 * summary.std[load]:.2f}"
+                    f"{100 * summary.allocation[load]:.2f}±{100 * summary.std[load]:.2f}"
                     if load in summary.allocation
                     else "-"
                     for load in loads
@@ -176,7 +176,7 @@ def plot_fragmentation(report: FragmentationReport, path: str | Path) -> None:
     axes.legend(fontsize=8, loc="lower right")
     axes.grid(alpha=0.3)
     inset = axes.inset_axes((0.08, 0.5, 0.38, 0.42))
-    for name, summary in report.policies.items():
+    for summary in report.policies.values():
         loads = [load for load in sorted(summary.curve) if load >= 90]
         inset.plot(loads, [100 * summary.curve[load] for load in loads], linewidth=1.0)
     inset.set_title("90 % and up", fontsize=8)
