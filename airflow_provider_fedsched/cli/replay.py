@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         report = _replay_with_progress(
             federation,
             policies,
-            Settings(staleness=args.staleness, seed=args.seed),
+            Settings(staleness=args.staleness, seed=0 if args.seed is None else args.seed),
             workload,
             show=not args.no_progress,
         )

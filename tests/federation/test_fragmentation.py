@@ -268,6 +268,32 @@ def test_without_gpus_the_score_is_neutral_and_names_no_node(decision_path: str)
     assert "preferred_node" not in decision.extra and "preferred node" not in decision.reason
 
 
+def test_gpu_thousandths_without_devices_are_neutral_and_name_no_node(decision_path: str) -> None:
+    """A snapshot that tells only a ``fedsched.io/gpu-milli`` total per node (as the makespan replay's
+    members do) says nothing of devices: nothing to measure, so the score stays out of the decision."""
+    fed = spec([cluster("a"), cluster("b")])
+    totals = {
+        name: ClusterSnapshot(
+            cluster=name,
+            observed_at=NOW,
+            nodes=[
+                NodeSnapshot(
+                    name=f"{name}-0",
+                    allocatable=parse_resource_list({"cpu": "8", "memory": "8Gi", GPU_MILLI: "4000"}),
+                    requested=parse_resource_list({GPU_MILLI: "1500" if name == "a" else "0"}),
+                )
+            ],
+        )
+        for name in ("a", "b")
+    }
+    decision = FederationEngine(fed).decide(
+        request({"cpu": "1", "memory": "1Gi", GPU_MILLI: "500"}), totals, now=NOW
+    )
+    assert decision.cluster is not None
+    assert {c.breakdown["Fragmentation"].raw for c in decision.candidates} == {plugin.NEUTRAL}
+    assert "preferred_node" not in decision.extra and "preferred node" not in decision.reason
+
+
 def test_decisions_are_the_same_with_the_cache_warm_or_cold(decision_path: str) -> None:
     """The cache of unchanged nodes is a pure cache: a sequence of decisions (snapshots changing a node at
     a time, pods in flight) gives the same decisions as deciding each from scratch."""

@@ -19,7 +19,8 @@ without one, the task's own shape). The task asks for GPUs as ``nvidia.com/gpu``
 (passed pod by pod) are charged first, each where this score would have hinted it.
 
 A task without GPU still gets a gradient (its cpu may leave a GPU node's GPUs without cpu for the
-workload); a cluster without GPUs, or a gang, scores 50 everywhere and gets no hint.
+workload). A gang, or a cluster whose snapshot tells no GPU devices (no GPUs, or only a
+``fedsched.io/gpu-milli`` total per node), scores 50 and gets no hint.
 
 The gradients are computed with numpy over all of a cluster's nodes and kept between decisions, per
 cluster, for the nodes that did not change (a pure cache: a decision's result is the same with or
@@ -192,6 +193,7 @@ def forget() -> None:
     with _LOCK:
         _VIEWS.clear()
         _WORKLOADS.clear()
+        _REPORTS.clear()
 
 
 def _workload(shapes: Sequence[WorkloadShape], own: TaskShape) -> Workload:
@@ -315,10 +317,21 @@ def _charge(entry: _Synced, pod: ResourceList) -> None:
         entry.view.place(node, shape, memory, device)
 
 
-def _has_gpus(index: ClusterIndex | None) -> bool:
-    """The cluster's ready nodes allocate GPUs (``nvidia.com/gpu`` or ``fedsched.io/gpu-milli``)."""
-    total = index.total_allocatable if index is not None else {}
-    return bool(total.get(GPU, 0) or total.get(GPU_MILLI, 0))
+_REPORTS: dict[int, tuple[ClusterSnapshot, bool]] = {}
+
+
+def _knows_devices(snapshot: ClusterSnapshot, index: ClusterIndex | None) -> bool:
+    """The snapshot tells the cluster's GPU devices: nodes allocate ``nvidia.com/gpu`` (whole devices) or
+    report ``gpus``. Otherwise (no GPUs, or only ``fedsched.io/gpu-milli`` totals) there is nothing to
+    measure: the score is neutral, and no numpy is loaded for it."""
+    if index is not None and index.total_allocatable.get(GPU, 0):
+        return True
+    known = _REPORTS.get(id(snapshot))
+    if known is None or known[0] is not snapshot:
+        if len(_REPORTS) > 256:
+            _REPORTS.clear()
+        known = _REPORTS[id(snapshot)] = (snapshot, any(node.gpus is not None for node in snapshot.nodes))
+    return known[1]
 
 
 @dataclass(slots=True)
@@ -355,9 +368,9 @@ class Fragmentation(ScorePlugin):
         shape, snapshot = data.shape, cluster.snapshot
         if shape is None or snapshot is None or not snapshot.nodes:
             return NEUTRAL
-        if not _has_gpus(cluster.index):
-            return 0.0 if shape.gpus else NEUTRAL  # no numpy for a federation without GPUs
         with _LOCK:
+            if not _knows_devices(snapshot, cluster.index):
+                return NEUTRAL
             entry = _synced(cluster, snapshot, shape)
             allowed = _static(entry.columns, data.selector, data.tolerations)
             best = _best(entry, shape, data.memory, allowed)
