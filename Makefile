@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck pytest demo bench clean soak soak-ci soak-install testbed conformance
+.PHONY: install test lint typecheck pytest demo demo-real bench clean soak soak-ci soak-install testbed conformance
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet 'uv>=0.13.9'
@@ -35,7 +35,13 @@ test: lint typecheck pytest
 demo: install
 	$(PY) -m airflow_provider_fedsched.demo
 
-bench: install
+# The demo DAG on the test bed's real control planes, run by a multi-process Airflow (docs/testbed.md);
+# KEEP=1 leaves the Airflow UI up until Ctrl-C.
+demo-real: install testbed
+	$(PY) -m airflow_provider_fedsched.testbed.demo
+
+# About 10 minutes (docs/benchmarks.md); the throughput benchmark needs the soak's PostgreSQL driver.
+bench: install soak-install
 	$(PY) benchmarks/bench_engine.py
 	$(PY) benchmarks/bench_gang.py
 	$(PY) benchmarks/bench_sim.py
@@ -44,6 +50,8 @@ bench: install
 	$(PY) benchmarks/bench_plans.py
 	$(PY) benchmarks/bench_history_api.py
 	$(PY) benchmarks/bench_cli.py
+	$(PY) benchmarks/bench_input_limits.py
+	$(SOAK_VENV)/bin/python benchmarks/bench_throughput.py
 
 # Real control planes (kube-apiserver, controller-manager, scheduler v1.36, etcd 3.6, kwok 0.8) built from
 # the Go module proxy into .testbed/bin, once per machine (docs/testbed.md).

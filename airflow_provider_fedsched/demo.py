@@ -99,6 +99,17 @@ def evict_first_backfill_pod(fed: Any, stop: threading.Event) -> None:
         stop.wait(0.2)
 
 
+def left_behind(handles: dict[str, Any]) -> list[str]:
+    """Every pod and Job of the demo DAG still in any member (the other team's pod is not the DAG's)."""
+    return [
+        f"{name}/{item['metadata']['namespace']}/{kind}/{item['metadata']['name']}"
+        for name, handle in handles.items()
+        for kind, items in (("pod", handle.pods()), ("job", handle.jobs()))
+        for item in items
+        if (item["metadata"].get("labels") or {}).get("dag_id") == DAG_ID
+    ]
+
+
 def summarize(env: dict[str, str]) -> list[dict[str, Any]]:
     """Read every task's placement record back from the Airflow metadata database."""
     code = (
@@ -182,16 +193,7 @@ def main() -> int:
         code = airflow(["dags", "test", DAG_ID], env, log_file)
         stop.set()
         watcher.join(timeout=5)
-        left = [
-            f"{name}/{p['metadata']['namespace']}/{p['metadata']['name']}"
-            for name, handle in fed.handles.items()
-            for p in handle.pods()
-            if p["metadata"]["name"] != OTHER_TEAM_POD
-        ] + [
-            f"{name}/{j['metadata']['namespace']}/job/{j['metadata']['name']}"
-            for name, handle in fed.handles.items()
-            for j in handle.jobs()
-        ]
+        left = left_behind(fed.handles)
     records = summarize(env)
     print()
     print_decision(records, "nightly_etl")

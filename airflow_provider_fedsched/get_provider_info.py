@@ -5,7 +5,8 @@ Airflow against its provider-info schema).
 Member clusters are Airflow connections of cncf.kubernetes' ``kubernetes`` type, which that provider
 declares; this one adds no connection type (declaring ``kubernetes`` again would make every Airflow
 process warn that it is registered twice). The operator defers to its own ``FederatedPodTrigger``
-(``triggers/pod.py``), which builds its client from the member's connection alone.
+(``triggers/pod.py``), which builds its client from the member's connection alone, and waits for a compliant
+cluster with its ``FederationWaitTrigger`` (``triggers/wait.py``).
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_fedsched.triggers.pod"],
+                "python-modules": [
+                    "airflow_provider_fedsched.triggers.pod",
+                    "airflow_provider_fedsched.triggers.wait",
+                ],
             }
         ],
         "connection-types": [],
@@ -83,6 +87,15 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "float",
                         "example": "15",
                         "default": "15",
+                    },
+                    "wait_check_seconds": {
+                        "description": "While a federated task waits for a compliant cluster, every "
+                        "this many seconds it looks at the federation's shared state (snapshot times, "
+                        "placements ended) and decides again when its candidate clusters show news.",
+                        "version_added": "0.2.0",
+                        "type": "float",
+                        "example": "3",
+                        "default": "3",
                     },
                     "janitor_interval_seconds": {
                         "description": "Every this many seconds the triggerer deletes the pods written "

@@ -101,9 +101,13 @@ def snapshot_table(rows: Sequence[Mapping[str, Any]], width: int = 160) -> str:
         table.add_column(column)
     for row in rows:
         free = row["free"]
+        missing = row.get("missing_permissions") or []
+        reachable = "yes" if row["reachable"] else f"no: {row['reason']}"
+        if missing:  # deploy/rbac.yaml not all granted there: named with what is lost
+            reachable += "".join(f"\nnot granted: {line}" for line in missing)
         table.add_row(
             row["cluster"],
-            "yes" if row["reachable"] else f"no: {row['reason']}",
+            reachable,
             f"{row['age_seconds']:.1f}s",
             f"{row['ready_nodes']}/{row['nodes']}",
             f"{free.get(CPU, '0')}/{row['total'].get(CPU, '0')}",

@@ -12,12 +12,14 @@ Each size runs in a fresh process, so that its memory is its own. Per size, one 
 
     engine: clusters=C nodes=N p50_ms=X p99_ms=Y rss_mb=Z
 
-(the engine as a worker runs it: the columnar snapshot index from 32 clusters on, the garbage collector
-on, collected once after loading; RSS after the decisions, with the snapshots, their index and columns
-held), then the baseline measured
-in the same process on the same snapshots and requests: the per-cluster scan (``columnar=False``, what
-every decision was before the columnar index), and the first decision (which builds every snapshot's index
-and columns) and the p50/p99 after ``gc.freeze()``, for comparison. A markdown table follows, with the
+(the engine as it decides by default: the columnar snapshot index from 32 clusters on; RSS with the
+snapshots, their index and columns held), then the baseline measured in the same process on the same
+snapshots and requests: the per-cluster scan (``columnar=False``, what every decision was before the
+columnar index). p50/p99 are taken after ``gc.freeze()``, as the previous version of this benchmark did
+(and the figures the goals were set against): a long-lived process holding 50,000 nodes of snapshots
+should freeze them after loading, or Python's full collections, which walk every one of those objects,
+land in whatever code allocates at the time. The same decisions without it are printed beside, with the
+first decision (which builds every snapshot's index and columns). A markdown table follows, with the
 machine's load average before and after each size.
 """
 
@@ -177,24 +179,27 @@ def rss_mb() -> float:
 
 
 def measure(clusters: int, decisions: int, baseline_decisions: int, seed: int) -> dict[str, float]:
-    """One size, in this process: the engine as a worker runs it, then the per-cluster scan as baseline."""
+    """One size, in this process: the engine, then the per-cluster scan as baseline, on the same
+    snapshots and requests; each with the snapshots frozen (the main figures) and, for the engine, as
+    they are (the collector's full passes included)."""
     spec, snapshots = generate(clusters, seed)
     workload = requests(seed + 1, decisions)
     engine = FederationEngine(spec)
-    gc.collect()  # the snapshots loaded, once (not frozen): what follows is the steady state
+    gc.collect()  # the snapshots loaded, once
     start = time.perf_counter()
     engine.decide(workload[0], snapshots, now=NOW)  # builds every snapshot's index and columns
     first = time.perf_counter() - start
-    latencies, placed = timed_decisions(engine, workload, snapshots)
-    gc.collect()
-    rss = rss_mb()
     scan = FederationEngine(spec, columnar=False)
     scan.decide(workload[0], snapshots, now=NOW)
-    baseline, _ = timed_decisions(scan, workload[:baseline_decisions], snapshots)
+    unfrozen, _ = timed_decisions(engine, workload, snapshots)
     gc.collect()
-    gc.freeze()  # as a long-lived process holding large snapshots may: no full collection walks them
+    rss = rss_mb()  # the snapshots, their index and columns, held
+    # As the previous benchmark (and the figures the goals are set against) measured: a long-lived process
+    # holding large snapshots freezes them after loading, out of the reach of full collections.
+    gc.freeze()
     try:
-        frozen, _ = timed_decisions(engine, workload, snapshots)
+        latencies, placed = timed_decisions(engine, workload, snapshots)
+        baseline, _ = timed_decisions(scan, workload[:baseline_decisions], snapshots)
     finally:
         gc.unfreeze()
     return {
@@ -209,8 +214,8 @@ def measure(clusters: int, decisions: int, baseline_decisions: int, seed: int) -
         "rss_mb": rss,
         "baseline_p50_ms": statistics.median(baseline) * 1000,
         "baseline_p99_ms": percentile(baseline, 0.99) * 1000,
-        "frozen_p50_ms": statistics.median(frozen) * 1000,
-        "frozen_p99_ms": percentile(frozen, 0.99) * 1000,
+        "unfrozen_p50_ms": statistics.median(unfrozen) * 1000,
+        "unfrozen_p99_ms": percentile(unfrozen, 0.99) * 1000,
     }
 
 
@@ -265,7 +270,7 @@ def main() -> int:
             f"  baseline, per-cluster scan, same process: p50_ms={row['baseline_p50_ms']:.3f} "
             f"p99_ms={row['baseline_p99_ms']:.3f} ({row['baseline_p50_ms'] / row['p50_ms']:.1f}x / "
             f"{row['baseline_p99_ms'] / row['p99_ms']:.1f}x); first decision {row['first_ms']:.0f} ms; "
-            f"after gc.freeze() p50_ms={row['frozen_p50_ms']:.3f} p99_ms={row['frozen_p99_ms']:.3f}; "
+            f"without gc.freeze() p50_ms={row['unfrozen_p50_ms']:.3f} p99_ms={row['unfrozen_p99_ms']:.3f}; "
             f"load average {row['load']}",
             flush=True,
         )
@@ -273,7 +278,7 @@ def main() -> int:
     print(f"\nCommand: `{command}` (seed {args.seed}, Python {sys.version.split()[0]})\n")
     print(
         "| clusters | nodes | decisions (baseline) | placed | p50 | p99 | RSS | per-cluster scan p50 / p99 "
-        "(baseline) | speed-up p50 / p99 | first decision (index + columns) | after gc.freeze() p50 / p99 "
+        "(baseline) | speed-up p50 / p99 | first decision (index + columns) | without gc.freeze() p50 / p99 "
         "| load average before -> after |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -284,7 +289,7 @@ def main() -> int:
             f"| {row['rss_mb']:.0f} MB | {row['baseline_p50_ms']:.2f} / {row['baseline_p99_ms']:.2f} ms "
             f"| {row['baseline_p50_ms'] / row['p50_ms']:.1f}x "
             f"/ {row['baseline_p99_ms'] / row['p99_ms']:.1f}x | {row['first_ms']:.0f} ms "
-            f"| {row['frozen_p50_ms']:.2f} / {row['frozen_p99_ms']:.2f} ms | {row['load']} |"
+            f"| {row['unfrozen_p50_ms']:.2f} / {row['unfrozen_p99_ms']:.2f} ms | {row['load']} |"
         )
     print(f"\nTotal run time {time.perf_counter() - started:.0f} s.")
     return 0

@@ -182,14 +182,17 @@ class Airflow:
 
     home: Path
     executor: str
-    postgres: Postgres
+    postgres: Postgres | None
+    """The metadata database; None: SQLite in the home (LocalExecutor only)."""
     redis: Redis | None
     sim_env: dict[str, str]
     federation: Path
     kubeconfig: Path
-    manifest: Path
+    manifest: Path | None
     parallelism: int
     celery_concurrency: int
+    dag_files: tuple[Path, ...] = (REPO / "soak" / "dags" / "fedsched_soak.py",)
+    """Linked into the home's DAG folder."""
     preload: bool = True
     """Preload the Kubernetes clients in every process (``soak/airflow_local_settings.py``)."""
     processes: dict[str, Process] = field(default_factory=dict)
@@ -201,9 +204,10 @@ class Airflow:
         self.api = Api(f"http://127.0.0.1:{self.port}")
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "dags").mkdir(exist_ok=True)
-        link = self.home / "dags" / "fedsched_soak.py"
-        if not link.exists():
-            link.symlink_to(REPO / "soak" / "dags" / "fedsched_soak.py")
+        for dag_file in self.dag_files:
+            link = self.home / "dags" / dag_file.name
+            if not link.exists():
+                link.symlink_to(dag_file)
         (self.home / "passwords.json").write_text(json.dumps({ADMIN[0]: ADMIN[1]}))
         (self.home / "logs").mkdir(exist_ok=True)
         if self.preload:
@@ -225,7 +229,7 @@ class Airflow:
             {
                 "AIRFLOW_HOME": str(self.home),
                 "KUBECONFIG": str(self.kubeconfig),
-                "FEDSCHED_SOAK_MANIFEST": str(self.manifest),
+                **({"FEDSCHED_SOAK_MANIFEST": str(self.manifest)} if self.manifest is not None else {}),
                 "PYTHONPATH": str(REPO),
                 "AIRFLOW__CORE__DAGS_FOLDER": str(self.home / "dags"),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -240,7 +244,11 @@ class Airflow:
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN[0]}:admin",
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.postgres.sqlalchemy_url,
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": (
+                    self.postgres.sqlalchemy_url
+                    if self.postgres is not None
+                    else f"sqlite:///{self.home / 'airflow.db'}"
+                ),
                 "AIRFLOW__API__BASE_URL": base,
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__HOST": "127.0.0.1",
@@ -260,7 +268,7 @@ class Airflow:
             }
         )
         if self.executor == "celery":
-            assert self.redis is not None
+            assert self.redis is not None and self.postgres is not None
             env.update(
                 {
                     "AIRFLOW__CELERY__BROKER_URL": self.redis.url,

@@ -1,6 +1,6 @@
-"""The house rules that code review alone does not keep: no import circle in the package, no module over
-500 lines, and ``federation/`` importing only the standard library, pydantic, PyYAML and numpy (the
-columnar snapshot index, imported lazily).
+"""The house rules that code review alone does not keep: no import circle in the package, and
+``federation/`` importing only the standard library, pydantic, PyYAML and numpy (the columnar snapshot
+index, imported lazily).
 
 The import graph is read from the source (``ast``), not by importing anything. Every ``import`` statement
 counts: at module level, inside a function (a lazy import still makes the two modules depend on each

@@ -101,9 +101,9 @@ def test_orphans_and_history() -> None:
     shared.orphans.forget("east", "default", "pod-a")
     assert shared.orphans.of("east") == []
     for i in range(250):
-        shared.history.append("east", "outcome", {"i": i})
+        shared.history.append("east", "outcome", {"at": NOW.isoformat(), "i": i})
     history = shared.history.samples("east", "outcome")
-    assert len(history) == 200 and history[0] == {"i": 50} and history[-1] == {"i": 249}
+    assert len(history) == 200 and history[0]["i"] == 50 and history[-1]["i"] == 249
     assert len(shared.backend.keys("fedsched/test/history-outcome/east/")) <= 220  # pruned as it goes
 
 
@@ -113,7 +113,7 @@ def test_concurrent_history_writers_lose_no_sample() -> None:
 
     def write(worker: int) -> None:
         for i in range(20):
-            shared.history.append("east", "outcome", {"worker": worker, "i": i})
+            shared.history.append("east", "outcome", {"at": NOW.isoformat(), "worker": worker, "i": i})
 
     threads = [threading.Thread(target=write, args=(w,)) for w in range(8)]
     for thread in threads:

@@ -21,6 +21,7 @@ from airflow_provider_fedsched.cli._common import (
     EXIT_NOT_PLACED,
     EXIT_OK,
     UsageError,
+    airflow_lookup_context,
     silence_stdout,
 )
 
@@ -70,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser(argv).parse_args(argv)
-        code = int(args.handler(args))
+        with airflow_lookup_context():
+            code = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at interpreter exit
         return code
     except UsageError as exc:

@@ -41,6 +41,7 @@ __all__ = [
     "UsageError",
     "add_member_options",
     "add_verb",
+    "airflow_lookup_context",
     "bounded_float",
     "bounded_int",
     "check_clusters",
@@ -55,6 +56,7 @@ __all__ = [
     "print_json",
     "print_state_files",
     "regular_file",
+    "require_airflow_database",
     "silence_stdout",
     "until_signalled",
 ]
@@ -201,6 +203,43 @@ def key_value(text: str, option: str, separator: str = "=") -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def require_airflow_database(*tables: str, instead: str = "") -> None:
+    """A :class:`UsageError` in one line when Airflow's metadata database cannot be reached or lacks
+    ``tables`` (before ``airflow db migrate``): the verbs that read the deployment's shared state or its
+    XComs check this first, instead of failing with a database traceback. The connection URL is never
+    printed (it may hold a password). ``instead``: what the verb can do without the database."""
+    from sqlalchemy import inspect
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:  # importing Airflow builds its database engine: a missing driver fails here
+        from airflow import settings
+        from airflow.models.base import SQL_ALCHEMY_SCHEMA
+    except ImportError as exc:
+        raise UsageError(
+            f"Airflow's metadata database cannot be used: {_short(str(exc), 120)} (the database driver of "
+            "[database] sql_alchemy_conn is not installed)"
+        ) from None
+    schema = SQL_ALCHEMY_SCHEMA if SQL_ALCHEMY_SCHEMA and not SQL_ALCHEMY_SCHEMA.isspace() else None
+    engine = settings.engine
+    try:
+        if engine is None:
+            raise SQLAlchemyError("Airflow's database engine is not configured")
+        with engine.connect() as connection:
+            found = inspect(connection)
+            missing = [table for table in tables if not found.has_table(table, schema=schema)]
+    except SQLAlchemyError as exc:
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        raise UsageError(
+            "the Airflow metadata database cannot be reached "
+            f"({_short(cause[0] if cause else type(exc).__name__, 120)}); check [database] sql_alchemy_conn"
+        ) from None
+    if missing:
+        raise UsageError(
+            f"the Airflow metadata database has no {', '.join(missing)} table yet: run `airflow db migrate` "
+            f"first{f' ({instead})' if instead else ''}"
+        )
+
+
 def load_federation(path: str) -> FederationSpec:
     from airflow_provider_fedsched.federation.spec import SpecError, load_spec
 
@@ -288,13 +327,41 @@ def add_member_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+PROCESS_CONTEXT = "_AIRFLOW_PROCESS_CONTEXT"
+"""Where Airflow 3's Task SDK looks to choose the secrets backends a connection lookup reads."""
+
+
+@contextlib.contextmanager
+def airflow_lookup_context() -> Iterator[None]:
+    """Look connections up as Airflow's own ``airflow connections get`` does, for the verb's duration.
+
+    Outside a task, Airflow 3 chooses what a lookup reads by the process's context: a task asks the API
+    server; a server process (API server, scheduler, ``airflow connections get|test``, which mark
+    themselves so) reads the configured secrets backend, then ``AIRFLOW_CONN_*`` variables, then the
+    metadata database; any other process only the first two. A ``fedsched`` verb runs where the
+    deployment's configuration is, like ``airflow connections get``, so it marks itself the same way and
+    the hook's lookup then finds what the operator finds. A context already set wins; the previous value
+    is back on exit (the verbs also run in-process, from tests).
+    """
+    previous = os.environ.get(PROCESS_CONTEXT)
+    if previous is None:
+        os.environ[PROCESS_CONTEXT] = "server"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(PROCESS_CONTEXT, None)
+
+
 def live_snapshots(
     spec: FederationSpec, kubeconfig: str | None, timeout: float
 ) -> dict[str, ClusterSnapshot]:
     """Every member's snapshot, read now; every problem becomes a :class:`UsageError` or a reason.
 
     With a kubeconfig the clusters are read directly (no Airflow import: about a second for a few local
-    clusters); without one, members resolve through Airflow connections, which the hook reads.
+    clusters); without one, members resolve through their Airflow connections, as the operator resolves
+    them (see :func:`airflow_lookup_context`). A connection that exists nowhere is a mistake in the spec or
+    a connection never added: an error naming it; any other member problem is that member's reason.
     """
     if not 0 < timeout <= MAX_TIMEOUT:
         raise UsageError(f"--timeout: must be in (0, {MAX_TIMEOUT:g}] seconds (got {timeout:g})")
@@ -302,9 +369,23 @@ def live_snapshots(
         check_kubeconfig_file(spec, kubeconfig)
         return _snapshots_from_kubeconfig(spec, kubeconfig, timeout)
     from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.kube.access import ClusterAccessError, MissingConnection
     from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
 
     hook = FederationHook(spec, snapshot_timeout=timeout, state=FederationState(MemoryStateBackend()))
+    missing = []
+    for member in spec.clusters:
+        try:
+            hook.access(member.name)  # resolved once: the collection below reuses it
+        except MissingConnection as exc:
+            missing.append(
+                f"{exc} (not in a secrets backend, AIRFLOW_CONN_{member.conn_id.upper()} or "
+                "the metadata database)"
+            )
+        except ClusterAccessError:
+            pass  # the collection reports it as the member's reason
+    if missing:
+        raise UsageError("; ".join(missing))
     return hook.collect()
 
 

@@ -7,7 +7,6 @@ where the Airflow configuration is); failed attempts count. ``--since`` is a dur
 from __future__ import annotations
 
 import argparse
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,12 +32,17 @@ def run(args: argparse.Namespace) -> int:
         raise common.UsageError(f"--by: unknown group '{args.by}' (choose {', '.join(REPORT_GROUPS)})")
     since = datetime.now(UTC) - timedelta(seconds=common.parse_duration(args.since, "--since"))
     spec = common.load_federation(args.federation)
+    if not spec.tenants:
+        raise common.UsageError(
+            f"--federation {args.federation}: the spec has no tenants (nothing is charged)"
+        )
+    common.require_airflow_database("variable")
     from airflow_provider_fedsched.federation.costs import cost_report
     from airflow_provider_fedsched.hooks.federation import FederationHook
 
     rows = cost_report(FederationHook(spec, state="airflow").charges(since), args.by)
     if args.json:
-        print(json.dumps({"since": since.isoformat(), "by": args.by, "rows": rows}, indent=2))
+        common.print_json({"since": since.isoformat(), "by": args.by, "rows": rows})
     else:
         from airflow_provider_fedsched.render import cost_table
 

@@ -12,7 +12,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_fedsched.cli._common import EXIT_OK, UsageError, parse_time
+from airflow_provider_fedsched.cli._common import EXIT_OK, UsageError, parse_time, require_airflow_database
 
 __all__ = ["add_parser", "export"]
 
@@ -65,6 +65,7 @@ def export(args: argparse.Namespace) -> int:
     until = parse_time(args.until, "--until") if args.until else None
     if since is not None and until is not None and until <= since:
         raise UsageError(f"--until: {args.until} is not after --since {args.since}")
+    require_airflow_database("xcom")
     records, unreadable = _records(since, until, args.dag_id)
     result = tasks_from_records(records)
     try:

@@ -56,21 +56,20 @@ def parse_toleration(text: str) -> Toleration:
 
 def _request_resources(args: argparse.Namespace) -> dict[str, Any]:
     quantities: dict[str, Any] = {}
-    for option, name in (("cpu", "cpu"), ("memory", "memory"), ("gpu", "nvidia.com/gpu")):
-        value = getattr(args, option)
+    given_by: dict[str, str] = {}
+    """Resource -> the option its quantity came from (the last one given wins, as for the quantity)."""
+    for name, option in _RESOURCE_OPTIONS.items():
+        value = getattr(args, option[2:].replace("-", "_"))
         if value is not None:
-            quantities[name] = value
-    if args.ephemeral_storage is not None:
-        quantities["ephemeral-storage"] = args.ephemeral_storage
+            quantities[name], given_by[name] = value, option
     for item in args.resource or []:
         name, value = key_value(item, "--resource")
-        quantities[name] = value
+        quantities[name], given_by[name] = value, "--resource"
     try:
         return parse_resource_list(quantities)
     except QuantityError as exc:
         name = str(exc).split(":")[0]
-        option = _RESOURCE_OPTIONS.get(name, "--resource")
-        raise UsageError(f"{option}: request.resources.{exc}") from None
+        raise UsageError(f"{given_by.get(name, '--resource')}: request.resources.{exc}") from None
 
 
 _RESOURCE_OPTIONS = {

@@ -26,6 +26,7 @@ from airflow_provider_fedsched.cli._common import (
     parse_duration,
     print_json,
     regular_file,
+    require_airflow_database,
 )
 
 MAX_RUNS = 10_000
@@ -72,8 +73,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--runs: must be at least 1 (got {args.runs})")
     if args.fallbacks < 0:
         raise UsageError(f"--fallbacks: must not be negative (got {args.fallbacks})")
-    if args.dags_folder is not None and not Path(args.dags_folder).exists():
-        raise UsageError(f"--dags-folder {args.dags_folder}: no such file or directory")
+    if args.dags_folder is not None:
+        folder = Path(args.dags_folder)
+        if not folder.exists():
+            raise UsageError(f"--dags-folder {args.dags_folder}: no such file or directory")
+        if not (folder.is_dir() or folder.is_file()):  # /dev/zero, a FIFO: nothing Airflow can parse
+            raise UsageError(f"--dags-folder {args.dags_folder}: not a directory nor a regular file")
     if args.kubeconfig is not None:
         regular_file(args.kubeconfig, "--kubeconfig")
     if args.kubeconfig is not None and args.federation is None:
@@ -82,20 +87,29 @@ def run(args: argparse.Namespace) -> int:
         # Airflow logs every DAG file it parses; the command reports what was not planned itself. Set
         # before Airflow is first imported (it reads its configuration once); an explicit level wins.
         os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "CRITICAL")
+    if not args.dry_run:  # plans are stored in Airflow Variables
+        require_airflow_database("variable", instead="or try --dry-run, which stores nothing")
+    from sqlalchemy.exc import SQLAlchemyError
+
     from airflow_provider_fedsched.plans.planner import run_planner
     from airflow_provider_fedsched.render import plan_table
 
     # Airflow logs to stdout while it parses DAGs; keep stdout for the table or the JSON document.
     with contextlib.redirect_stdout(sys.stderr):
-        planned, errors = run_planner(
-            dags_folder=args.dags_folder,
-            hook=_hook(args),
-            horizon=horizon,
-            runs_per_dag=args.runs,
-            valid_for=valid_for,
-            fallbacks=args.fallbacks,
-            dry_run=args.dry_run,
-        )
+        try:
+            planned, errors = run_planner(
+                dags_folder=args.dags_folder,
+                hook=_hook(args),
+                horizon=horizon,
+                runs_per_dag=args.runs,
+                valid_for=valid_for,
+                fallbacks=args.fallbacks,
+                dry_run=args.dry_run,
+            )
+        except SQLAlchemyError:
+            # A dry run reads Variables only for a task with its own federation: say why in one line.
+            require_airflow_database("variable", instead="or give --federation FILE with --dry-run")
+            raise
     for path, error in sorted(errors.items()):
         last = error.strip().splitlines()[-1] if error.strip() else "import error"
         print(f"fedsched plan: warning: {path} was not planned: {last}", file=sys.stderr)

@@ -12,20 +12,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_fedsched.cli._common import EXIT_OK, UsageError
+from airflow_provider_fedsched.federation.limits import describe
 from airflow_provider_fedsched.replay.fragmentation import FEDERATION_POLICIES, FIRST_SEED, NODE_POLICIES
 from airflow_provider_fedsched.replay.policies import POLICIES
 from airflow_provider_fedsched.replay.run import ReplayReport, parse_policies, replay
 from airflow_provider_fedsched.replay.scenario import SCENARIOS, seed_3x20
 from airflow_provider_fedsched.replay.simulator import Settings
-from airflow_provider_fedsched.replay.topology import Federation, build_federation, load_federation_spec
+from airflow_provider_fedsched.replay.topology import (
+    MAX_REPLAY_CLUSTERS,
+    Federation,
+    build_federation,
+    load_federation_spec,
+)
 from airflow_provider_fedsched.replay.workload import (
     ReplayInputError,
     TraceShaping,
+    check_seconds_option,
     read_nodes,
     read_pods,
     shape_trace,
@@ -97,15 +106,24 @@ _FRAGMENTATION_ONLY = (("--load", "load"), ("--seeds", "seeds"), ("--jobs", "job
 
 
 def _validate(args: argparse.Namespace) -> None:
-    if args.staleness < 0:
-        raise UsageError(f"--staleness: must not be negative (got {args.staleness})")
-    if args.clusters < 1:
-        raise UsageError(f"--clusters: must be at least 1 (got {args.clusters})")
-    if args.plot is not None and not Path(args.plot).resolve().parent.is_dir():
-        raise UsageError(f"--plot {args.plot}: its folder does not exist")
-    if args.window <= 0:
-        raise UsageError(f"--window: must be positive (got {args.window})")
-    if args.protocol == "fragmentation":
+    """Every option checked before any file is read (each error names its option)."""
+    fragmentation = args.protocol == "fragmentation"
+    try:
+        TraceShaping(
+            args.window,
+            3600.0 if args.max_run is None else args.max_run,
+            1 if args.copies is None else args.copies,
+        ).check()
+        check_seconds_option(args.staleness, "--staleness")
+        if fragmentation:  # the arrivals are spread over the window: it must have a length
+            check_seconds_option(args.window, "--window", positive=True)
+    except ReplayInputError as exc:
+        raise UsageError(str(exc)) from None
+    if not 1 <= args.clusters <= MAX_REPLAY_CLUSTERS:
+        raise UsageError(f"--clusters: must be 1..{MAX_REPLAY_CLUSTERS:,} (got {describe(args.clusters)})")
+    if args.plot is not None:
+        _check_plot(args.plot)
+    if fragmentation:
         for option, name in (*_MAKESPAN_ONLY, *_MAKESPAN_ONLY_TRACE):
             if getattr(args, name) is not None:
                 raise UsageError(
@@ -117,15 +135,36 @@ def _validate(args: argparse.Namespace) -> None:
         if args.load is not None and not (0 < args.load <= 10):
             raise UsageError(f"--load: must be above 0 and at most 10 (got {args.load})")
         if args.seeds is not None and not (1 <= args.seeds <= 1000):
-            raise UsageError(f"--seeds: must be 1 to 1000 (got {args.seeds})")
+            raise UsageError(f"--seeds: must be 1 to 1000 (got {describe(args.seeds)})")
         if args.jobs is not None and not (1 <= args.jobs <= 64):
-            raise UsageError(f"--jobs: must be 1 to 64 (got {args.jobs})")
+            raise UsageError(f"--jobs: must be 1 to 64 (got {describe(args.jobs)})")
         return
     for option, name in _FRAGMENTATION_ONLY:
         if getattr(args, name) is not None:
             raise UsageError(f"{option}: only with --protocol fragmentation")
-    if args.copies is not None and args.copies < 1:
-        raise UsageError(f"--copies: must be at least 1 (got {args.copies})")
+    if args.seed is not None and not -(2**63) <= args.seed < 2**63:
+        raise UsageError(f"--seed: must fit 64 bits (got {describe(args.seed)})")
+
+
+def _check_plot(plot: str) -> None:
+    """A PNG written where it was asked for: ``matplotlib`` adds ``.png`` to a name without a suffix, so
+    ``--plot /dev/null`` or ``--plot some-folder`` would write a file beside it."""
+    path = Path(plot)
+    if path.suffix.lower() != ".png":
+        raise UsageError(f"--plot {plot}: the file name must end in .png")
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise UsageError(f"--plot {plot}: {exc.strerror or exc}") from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"--plot {plot}: exists and is not a regular file")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise UsageError(f"--plot {plot}: its folder does not exist")
+    if not os.access(folder, os.W_OK) or (info is not None and not os.access(path, os.W_OK)):
+        raise UsageError(f"--plot {plot}: not writable")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,7 +186,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from airflow_provider_fedsched.replay.report import plot
 
-        plot(report, args.plot)
+        try:
+            plot(report, args.plot)
+        except OSError as exc:
+            raise UsageError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -207,7 +249,10 @@ def _run_fragmentation(args: argparse.Namespace) -> int:
     except ReplayInputError as exc:
         raise UsageError(str(exc)) from None
     if args.plot is not None:
-        plot_fragmentation(report, args.plot)
+        try:
+            plot_fragmentation(report, args.plot)
+        except OSError as exc:
+            raise UsageError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

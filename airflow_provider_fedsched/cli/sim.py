@@ -11,14 +11,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from airflow_provider_fedsched.cli._common import (
     UsageError,
     load_sim_config,
     print_state_files,
     until_signalled,
 )
+from airflow_provider_fedsched.federation._errors import SpecError
 from airflow_provider_fedsched.federation.documents import parse_yaml, read_text_file
 from airflow_provider_fedsched.sim.cluster import SimPortInUse
 from airflow_provider_fedsched.sim.control import FAULT_KINDS
@@ -53,12 +52,14 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from airflow_provider_fedsched.sim.harness import SimFederation
+    from airflow_provider_fedsched.sim.harness import SimFederation, SimStateDirInUse
 
     config = load_sim_config(args)
     with until_signalled() as stop:
         try:
             fed = SimFederation(config, state_dir=args.state_dir, time_scale=args.time_scale).start()
+        except SimStateDirInUse as exc:
+            raise UsageError(f"--state-dir {exc}") from None
         except SimPortInUse as exc:
             raise UsageError(str(exc)) from None
         try:
@@ -84,8 +85,8 @@ def _parse_kv(items: list[str], keep_keys: bool = False) -> dict[str, Any]:
         if not sep or not key:
             raise UsageError(f"fault argument {item!r}: expected KEY=VALUE")
         try:
-            parsed = yaml.safe_load(value) if value else ""
-        except yaml.YAMLError:
+            parsed = parse_yaml(value, f"fault argument {key}") if value else ""
+        except SpecError:
             parsed = value
         out[key if keep_keys else key.replace("-", "_")] = parsed
     return out
@@ -100,7 +101,7 @@ def _state(state_dir: str) -> tuple[str, dict[str, str | None]]:
         users = {u["name"]: u["user"].get("token") for u in kubeconfig.get("users") or []}
         tokens = {c["name"]: users.get(c["context"]["user"]) for c in kubeconfig.get("contexts") or []}
         return str(meta["control_url"]), tokens
-    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # SpecError is a ValueError
         raise UsageError(f"--state-dir {state}: no simulator state found ({exc})") from None
 
 

@@ -1,6 +1,7 @@
 """``fedsched snapshot``: read every member cluster now and show what each could take.
 
-Members resolve through Airflow connections (``AIRFLOW_CONN_*`` variables or the metadata database) or,
+Members resolve through Airflow connections, as the operator resolves them (secrets backend,
+``AIRFLOW_CONN_*`` variables, metadata database: run it where the Airflow configuration is) or,
 with ``--kubeconfig FILE``, through the context of that file named after each cluster (what
 ``fedsched sim up`` writes). ``--out`` writes the snapshot file that ``fedsched place --snapshots`` reads.
 """

@@ -7,7 +7,6 @@ configuration is), or, with ``--snapshots FILE``, usage from a snapshot file's `
 from __future__ import annotations
 
 import argparse
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
     if not spec.tenants:
         raise common.UsageError(f"--federation {args.federation}: the spec has no tenants")
     snapshots = common.load_snapshot_file(args.snapshots) if args.snapshots else None
+    if snapshots is None:
+        common.require_airflow_database("variable", instead="or count usage from a file with --snapshots")
     from airflow_provider_fedsched.hooks.federation import FederationHook
 
     hook = FederationHook(spec, state="memory" if snapshots is not None else "airflow")
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         hook.state.snapshots.put(snapshots.values())
     rows = hook.tenants(datetime.now(UTC))
     if args.json:
-        print(json.dumps({"tenants": rows}, indent=2))
+        common.print_json({"tenants": rows})
     else:
         from airflow_provider_fedsched.render import tenants_table
 

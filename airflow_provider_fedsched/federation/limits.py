@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from airflow_provider_fedsched.federation._errors import SpecError
 
@@ -33,7 +33,9 @@ __all__ = [
     "MAX_QUANTITY",
     "MAX_SECONDS",
     "MAX_SIZE_GB",
+    "MAX_TENANTS",
     "MAX_WEIGHT",
+    "NOT_BOOL",
     "SNAPSHOT_LIMITS",
     "SPEC_LIMITS",
     "DocumentLimits",
@@ -61,6 +63,8 @@ durations of :data:`MAX_SECONDS` still fits a ``datetime`` (year 1 to 9999)."""
 MAX_CLUSTERS = 10_000
 """Member clusters in a spec and clusters in a snapshot file (the engine is benchmarked at 1,000)."""
 MAX_DATASETS = 100_000
+MAX_TENANTS = 10_000
+"""Tenants in a spec (each is a quota, a weight and a budget the engine reads for every decision)."""
 MAX_NODES_PER_CLUSTER = 100_000
 """Nodes in one cluster's snapshot (the largest managed Kubernetes clusters allow 65,000)."""
 MAX_WEIGHT = 1_000_000.0
@@ -70,24 +74,51 @@ MAX_PRICE = 1e9
 MAX_SIZE_GB = 1e12
 """A dataset's size: a zettabyte."""
 
-Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
-Price = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
-SizeGb = Annotated[float, Field(ge=0, le=MAX_SIZE_GB, allow_inf_nan=False)]
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got the boolean {value} (write 1 or 0 if that is meant)")
+    return value
+
+
+NOT_BOOL = BeforeValidator(_not_bool)
+"""For every numeric pydantic field: a boolean is refused, never read as 1 or 0 (``max_cost: true`` is a
+typo, not a budget of 1)."""
+
+Seconds = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Price = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
+SizeGb = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_SIZE_GB, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, slots=True)
 class DocumentLimits:
     """What one YAML/JSON document may cost to read: bytes on disk, YAML nodes once aliases are expanded
-    (an alias bomb is a few hundred bytes that expand to billions of nodes), nesting depth."""
+    (an alias bomb is a few hundred bytes that expand to billions of nodes), nesting depth, and entries of
+    the lists named in ``max_items`` (by their path without positions: ``clusters[].nodes``). All are
+    checked while the document is read, so an input past one costs only the reading up to that point."""
 
     max_bytes: int
     max_nodes: int
     max_depth: int = 64
+    max_items: tuple[tuple[str, int], ...] = ()
 
 
-SPEC_LIMITS = DocumentLimits(max_bytes=8 * 2**20, max_nodes=2_000_000)
+SPEC_LIMITS = DocumentLimits(
+    max_bytes=8 * 2**20,
+    max_nodes=2_000_000,
+    max_items=(
+        ("clusters", MAX_CLUSTERS),
+        ("regions", MAX_CLUSTERS),
+        ("datasets", MAX_DATASETS),
+        ("tenants", MAX_TENANTS),
+    ),
+)
 """A federation spec: 8 MiB (a 10,000-cluster spec is about 3 MiB)."""
-SNAPSHOT_LIMITS = DocumentLimits(max_bytes=64 * 2**20, max_nodes=16_000_000)
+SNAPSHOT_LIMITS = DocumentLimits(
+    max_bytes=64 * 2**20,
+    max_nodes=4_000_000,
+    max_items=(("clusters", MAX_CLUSTERS), ("clusters[].nodes", MAX_NODES_PER_CLUSTER)),
+)
 """A snapshot file: 64 MiB (50,000 nodes with their labels are about 20 MiB)."""
 KUBECONFIG_LIMITS = DocumentLimits(max_bytes=4 * 2**20, max_nodes=200_000)
 """A kubeconfig (file or connection extra): 4 MiB."""

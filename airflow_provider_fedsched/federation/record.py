@@ -119,6 +119,14 @@ class PlacementRecord(BaseModel):
     """The task's :class:`TaskRequest` as JSON (resources, datasets, expected duration...), written with
     the first decision: what ``fedsched history export`` turns into a pod of a replayable trace."""
 
+    def waited(self, now: datetime) -> float:
+        """Seconds the try has waited for a compliant cluster up to ``now``: the waits that ended, and the
+        one still running (a try waiting for a minute has waited a minute, not zero)."""
+        running = 0.0
+        if self.waiting_since is not None and self.ended_at is None:
+            running = max(0.0, (now - self.waiting_since).total_seconds())
+        return self.waited_seconds + running
+
     def cost(self, until: datetime) -> tuple[float, float]:
         """``(cost, egress GB)`` of every cluster attempt of the try, failed ones included."""
         cost = egress = 0.0

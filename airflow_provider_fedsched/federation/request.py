@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_fedsched.federation._loading import SpecError, spec_error
-from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, MAX_SECONDS
+from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, MAX_SECONDS, NOT_BOOL
 from airflow_provider_fedsched.federation.resources import QuantityError, ResourceList, pod_requests
 from airflow_provider_fedsched.federation.spec import Namespace, Taint, TaintEffect
 
@@ -92,7 +92,7 @@ class GangRole(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(default="worker", min_length=1)
-    count: int = Field(ge=1)
+    count: Annotated[int, NOT_BOOL, Field(ge=1)]
     resources: ResourceList = Field(default_factory=dict)
     """One pod's requests, in scheduler units."""
 
@@ -126,7 +126,9 @@ class TaskRequest(BaseModel):
     clusters: list[str] | None = None
     """Restrict placement to these clusters; None = any member."""
     namespace: Namespace = "default"
-    expected_duration_seconds: float = Field(default=3600.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    expected_duration_seconds: Annotated[
+        float, NOT_BOOL, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    ] = 3600.0
     preemptible: bool = False
     """It may be evicted and retried elsewhere; only such a task may run on borrowed tenant quota."""
     gang: tuple[GangRole, ...] = ()
@@ -134,9 +136,9 @@ class TaskRequest(BaseModel):
     ``resources`` is then the whole gang's sum (:meth:`for_gang`), which cost, quota and headroom use."""
     tenant: str | None = None
     """The tenant it runs for (its quota, fair share and budget); None = no tenant rule applies."""
-    max_cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    max_cost: Annotated[float, NOT_BOOL, Field(ge=0, allow_inf_nan=False)] | None = None
     """Budget: a cluster where its estimated cost (compute and egress) is above this is out."""
-    max_egress_gb: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    max_egress_gb: Annotated[float, NOT_BOOL, Field(ge=0, allow_inf_nan=False)] | None = None
     """Budget: a cluster it would have to move more than this many GB of data to is out."""
 
     _non_negative = field_validator("resources")(lambda value: _requests(value))

@@ -300,6 +300,11 @@ class ClusterSnapshot(BaseModel):
     workload: list[WorkloadShape] = Field(default_factory=list, max_length=MAX_NODES_PER_CLUSTER)
     """The shapes of the pods the cluster runs, counted: the ``Fragmentation`` score's target workload
     (its most common shapes)."""
+    missing_permissions: Annotated[list[Annotated[str, Field(max_length=500)]], Field(max_length=32)] = Field(
+        default_factory=list
+    )
+    """What the provider needs in its task namespace there and the member does not grant, one line per
+    rule with what is lost without it (``kube/permissions.py``)."""
 
     _index: ClusterIndex | None = PrivateAttr(default=None)
 
@@ -489,4 +494,5 @@ def summarize(snapshot: ClusterSnapshot, now: datetime) -> dict[str, Any]:
         "free": {r: format_quantity(r, a) for r, a in sorted(index.total_free.items())},
         "total": {r: format_quantity(r, a) for r, a in sorted(index.total_allocatable.items())},
         "largest_free_node": _largest_free_node(snapshot),
+        "missing_permissions": list(snapshot.missing_permissions),
     }

@@ -24,7 +24,9 @@ from airflow_provider_fedsched.federation.limits import (
     MAX_CLUSTERS,
     MAX_DATASETS,
     MAX_SECONDS,
+    MAX_TENANTS,
     MAX_WEIGHT,
+    NOT_BOOL,
     SPEC_LIMITS,
     Price,
     Seconds,
@@ -53,7 +55,7 @@ __all__ = [
     "spec_fingerprint",
 ]
 
-Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)]
+Weight = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)]
 QueueOrder = Literal["arrival", "longest-first"]
 """How tasks waiting at the federation are ordered when capacity frees up (:mod:`federation.queue`)."""
 NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -231,7 +233,7 @@ class Weights(_Model):
 
 class PolicySpec(_Model):
     weights: Weights = Field(default_factory=Weights)
-    snapshot_ttl_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)] = 15.0
+    snapshot_ttl_seconds: Annotated[float, NOT_BOOL, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)] = 15.0
     cooldown_seconds: Seconds = 120.0
     queue_order: QueueOrder = "longest-first"
     """Which waiting task is decided first when capacity frees up (:mod:`federation.queue`)."""
@@ -283,7 +285,7 @@ class FederationSpec(_Model):
     policy: PolicySpec = Field(default_factory=PolicySpec)
     regions: Annotated[list[Region], Field(max_length=MAX_CLUSTERS)] = Field(default_factory=list)
     """Extra known regions (with no member cluster yet) that ``allowed_regions`` may name."""
-    tenants: list[TenantSpec] = Field(default_factory=list)
+    tenants: Annotated[list[TenantSpec], Field(max_length=MAX_TENANTS)] = Field(default_factory=list)
     """The teams sharing the federation: quotas, fair-share weights, budgets (``docs/tenants.md``)."""
     tenant_mapping: TenantMapping = Field(default_factory=TenantMapping)
     """The tenant of a task that names none, by its owner or its DAG's tags."""
@@ -462,7 +464,7 @@ def load_spec(source: str | Path | Mapping[str, Any]) -> FederationSpec:
 
 def _check_sizes(document: Mapping[str, Any]) -> None:
     """Refuse oversized lists before validating any item (654,000 clusters would cost gigabytes)."""
-    for key, limit in (("clusters", MAX_CLUSTERS), ("datasets", MAX_DATASETS), ("regions", MAX_CLUSTERS)):
+    for key, limit in SPEC_LIMITS.max_items:
         items = document.get(key)
         if isinstance(items, list) and len(items) > limit:
             raise SpecError(f"{key}: {len(items):,} entries, more than the {limit:,} allowed")

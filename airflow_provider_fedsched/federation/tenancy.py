@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from airflow_provider_fedsched.federation._loading import SpecError
+from airflow_provider_fedsched.federation.limits import NOT_BOOL
 from airflow_provider_fedsched.federation.resources import (
     QuantityError,
     ResourceList,
@@ -61,9 +62,9 @@ class BudgetSpec(_Model):
     """What a tenant may spend per period (UTC calendar day, ISO week or month)."""
 
     period: Period = "month"
-    max_cost: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    max_cost: Annotated[float, NOT_BOOL, Field(ge=0, allow_inf_nan=False)] | None = None
     """Estimated compute and egress cost, in the prices' currency."""
-    max_egress_gb: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    max_egress_gb: Annotated[float, NOT_BOOL, Field(ge=0, allow_inf_nan=False)] | None = None
 
 
 class TenantSpec(_Model):
@@ -74,7 +75,7 @@ class TenantSpec(_Model):
     """Federation-wide cap per resource; a resource not named is not capped. ``pods``: concurrent pods."""
     guaranteed: Quantities = Field(default_factory=dict)
     """The part of its quota held for it: others borrow it only with reclaimable, preemptible tasks."""
-    weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    weight: Annotated[float, NOT_BOOL, Field(gt=0, allow_inf_nan=False)] = 1.0
     """Fair share: among waiting tasks, the tenant furthest below ``weight`` x its share goes first."""
     reclaimable: bool = False
     """Its preemptible tasks may borrow the idle quota of other tenants beyond its own quota; what they
@@ -143,16 +144,6 @@ class WaitingTask:
             "clusters": sorted(self.clusters),
             "since": self.since.isoformat(),
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> WaitingTask:
-        return cls(
-            placement_id=str(data["placement_id"]),
-            tenant=str(data["tenant"]),
-            resources={str(k): int(v) for k, v in dict(data["resources"]).items()},
-            clusters=frozenset(str(c) for c in data.get("clusters") or ()),
-            since=datetime.fromisoformat(str(data["since"])),
-        )
 
 
 @dataclass(frozen=True, slots=True)

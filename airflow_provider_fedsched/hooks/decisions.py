@@ -67,7 +67,7 @@ def decide(
             in_flight=view.in_flight,
         )
 
-    decision = run(view.cooldowns)
+    decision = _never_above_hard_quota(hook, request, run(view.cooldowns))
     if decision.outcome != "wait":
         return decision
     cooling = {r.cluster for r in decision.rejected if r.plugin == COOLDOWN_PLUGIN}
@@ -78,7 +78,19 @@ def decide(
                 f"; {retry.cluster} is cooling down, but every compliant cluster with room is: "
                 "a cooldown is not a reason to wait"
             )
-            return retry
+            return _never_above_hard_quota(hook, request, retry)
+    if all(r.permanent or r.cluster in impossible for r in decision.rejected) and decision.rejected:
+        for rejection in decision.rejected:
+            rejection.permanent = True
+        decision.outcome = "impossible"
+        never = "; ".join(f"{r.cluster}: {r.plugin}: {r.reason}" for r in decision.rejected)
+        decision.reason = f"no member cluster can ever run this task: {never}"
+    return decision
+
+
+def _never_above_hard_quota(hook: HookParts, request: TaskRequest, decision: Decision) -> Decision:
+    """A quota rejection is "never" (not "not now") where the request alone exceeds the namespace's hard
+    limit, whatever the outcome: the explanation of a task placed elsewhere says so too."""
     for rejection in decision.rejected:
         if rejection.plugin == QUOTA_PLUGIN and not rejection.permanent:
             above = _above_hard_quota(hook, rejection.cluster, request)
@@ -87,12 +99,6 @@ def decide(
                 rejection.reason += (
                     f" (above the namespace's hard quota for {', '.join(above)}: it can never fit)"
                 )
-    if all(r.permanent or r.cluster in impossible for r in decision.rejected) and decision.rejected:
-        for rejection in decision.rejected:
-            rejection.permanent = True
-        decision.outcome = "impossible"
-        never = "; ".join(f"{r.cluster}: {r.plugin}: {r.reason}" for r in decision.rejected)
-        decision.reason = f"no member cluster can ever run this task: {never}"
     return decision
 
 

@@ -32,6 +32,7 @@ from airflow_provider_fedsched.hooks.parts import FederationView
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
+    MissingConnection,
     access_from_extras,
     access_from_kubeconfig_file,
 )
@@ -180,10 +181,16 @@ class FederationHook(BaseHook):
         return run_in_background(self.acollect(clusters))
 
     def snapshots(
-        self, clusters: Iterable[str] | None = None, now: datetime | None = None
+        self,
+        clusters: Iterable[str] | None = None,
+        now: datetime | None = None,
+        fresh_after: Mapping[str, datetime] | None = None,
+        wait: bool = True,
     ) -> dict[str, ClusterSnapshot]:
-        """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight."""
-        return sensing.snapshots(self, clusters, now)
+        """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight (and those
+        observed before their cluster's moment in ``fresh_after``); ``wait`` False: never wait for
+        another worker's refresh (see hooks/sensing.py)."""
+        return sensing.snapshots(self, clusters, now, fresh_after, wait)
 
     # Decisions ---------------------------------------------------------------------------------------
     def decide(
@@ -475,7 +482,7 @@ def _access_from_connection(cluster: str, conn_id: str, namespace: str | None) -
     try:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        raise ClusterAccessError(cluster, conn_id, "connection does not exist") from None
+        raise MissingConnection(cluster, conn_id) from None
     except Exception as exc:  # the secrets backend's own failure: name it, never dump the connection
         raise ClusterAccessError(
             cluster, conn_id, f"connection cannot be read ({type(exc).__name__})"

@@ -39,11 +39,11 @@ def planned_decision(
     """
     if logical_date is None:
         return None, "the run has no logical date"
-    try:
-        plan = hook.state.plans.get(dag_id, task_id, logical_date)
-    except ValueError as exc:
-        return None, f"the stored plan is unreadable ({str(exc).splitlines()[0]})"
+    plan = hook.state.plans.get(dag_id, task_id, logical_date)
     if plan is None:
+        if hook.state.plans.present(dag_id, task_id, logical_date):
+            key = hook.state.plans.key(dag_id, task_id, logical_date)
+            return None, f"the stored plan is unreadable (see the warning naming {key})"
         return None, "no plan for this task and logical date"
     now = datetime.now(UTC)
     problem = version_problem(plan, hook.engine, request, policy, now)

@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -137,14 +137,27 @@ def sweep_ended_tries(hook: HookParts, cluster: str, deferred: list[dict[str, An
 
 
 def snapshots(
-    hook: HookParts, clusters: Iterable[str] | None, now: datetime | None
+    hook: HookParts,
+    clusters: Iterable[str] | None,
+    now: datetime | None,
+    fresh_after: Mapping[str, datetime] | None = None,
+    wait: bool = True,
 ) -> dict[str, ClusterSnapshot]:
-    """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight."""
+    """Snapshots no older than half the policy's TTL, refreshing stale ones single-flight; a cluster in
+    ``fresh_after`` also counts as stale while its snapshot was observed before that moment. With
+    ``wait`` False, a cluster another worker is refreshing is not waited for (its stored snapshot is
+    returned, however old): a caller that must answer at once, the Federation page."""
     names = list(clusters) if clusters is not None else [c.name for c in hook.spec.clusters]
     ttl = hook.spec.policy.snapshot_ttl_seconds
     now = now or datetime.now(UTC)
+    after = dict(fresh_after or {})
+
+    def usable(snapshot: ClusterSnapshot, moment: datetime) -> bool:
+        newer = snapshot.cluster not in after or snapshot.observed_at >= after[snapshot.cluster]
+        return newer and _age(snapshot, moment) <= ttl / 2
+
     found = hook.state.snapshots.newest(names)
-    stale = [n for n in names if n not in found or _age(found[n], now) > ttl / 2]
+    stale = [n for n in names if n not in found or not usable(found[n], now)]
     if not stale:
         return found
     owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
@@ -162,7 +175,7 @@ def snapshots(
         mine = hook.state.leases.claim(candidates, owner, now, lease_ttl) if candidates else []
         # A worker that refreshed just before our claim has left a fresh snapshot: use it.
         current = hook.state.snapshots.newest(mine) if mine else {}
-        fresh = {n: s for n, s in current.items() if _age(s, datetime.now(UTC)) <= ttl / 2}
+        fresh = {n: s for n, s in current.items() if usable(s, datetime.now(UTC))}
         found.update(fresh)
         if to_refresh := [n for n in mine if n not in fresh]:
             found.update(hook.collect(to_refresh))
@@ -172,7 +185,7 @@ def snapshots(
         for lock in locks:
             lock.release()
     waiting = [n for n in stale if n not in mine]
-    if waiting:
+    if waiting and wait:
         found.update(_await_refresh(hook, waiting, now))
     if (datetime.now(UTC) - now).total_seconds() > ttl / 4:
         # The refresh took a while: the snapshots that were fresh at the start may have aged past the TTL

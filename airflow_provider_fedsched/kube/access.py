@@ -36,6 +36,14 @@ class ClusterAccessError(ValueError):
         super().__init__(f"{where}: {problem}")
 
 
+class MissingConnection(ClusterAccessError):
+    """A member whose connection id no secrets backend, environment variable or metadata database holds:
+    a mistake in the spec or a connection never added, not a cluster that is down."""
+
+    def __init__(self, cluster: str, conn_id: str) -> None:
+        super().__init__(cluster, conn_id, "connection does not exist")
+
+
 @dataclass(frozen=True)
 class ClusterAccess:
     """Everything needed to build a client for one member cluster."""

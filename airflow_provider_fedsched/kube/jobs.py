@@ -17,7 +17,7 @@ from airflow_provider_fedsched.kube.failures import (
     scheduled,
     unschedulable_message,
 )
-from airflow_provider_fedsched.kube.pods import CONFIRM_INTERVAL, as_dict, is_gone
+from airflow_provider_fedsched.kube.pods import CONFIRM_INTERVAL, STOP_GRACE_SECONDS, as_dict, is_gone
 
 __all__ = ["JOB_NAME_LABEL", "GangView", "JobManager", "aremove_jobs"]
 
@@ -131,7 +131,9 @@ class JobManager:
                 for pod in view.pods:  # pods the propagation has not reached yet go at once
                     pod_name = pod["metadata"]["name"]
                     try:
-                        self._core.delete_namespaced_pod(pod_name, namespace, grace_period_seconds=0)
+                        self._core.delete_namespaced_pod(
+                            pod_name, namespace, grace_period_seconds=STOP_GRACE_SECONDS
+                        )
                     except Exception as exc:
                         if not is_gone(exc):
                             raise
@@ -172,7 +174,9 @@ async def aremove_job(batch: Any, core: Any, namespace: str, name: str, *, withi
             pods = (await core.list_namespaced_pod(namespace, label_selector=selector)).items
             for pod in pods:  # pods the propagation has not reached yet go at once
                 try:
-                    await core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+                    await core.delete_namespaced_pod(
+                        pod.metadata.name, namespace, grace_period_seconds=STOP_GRACE_SECONDS
+                    )
                 except Exception as exc:
                     if not is_gone(exc):
                         raise

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_fedsched.federation.resources import ResourceList, add
+from airflow_provider_fedsched.federation.resources import ResourceList
 
 ANNOTATION = "fedsched.io/placements"
 MAX_CONFLICTS = 32
@@ -37,11 +37,45 @@ class LedgerUnavailable(Exception):
     """The cluster cannot keep a ledger (no Lease API, no permission, no answer)."""
 
 
+MAX_GANG_PODS = 10_000
+"""Pods of one held gang that its entry is read as (beyond: read as one pod of the gang's sum)."""
+
+
 @dataclass(frozen=True)
 class Entry:
     requests: dict[str, int]
     at: float
     """Epoch seconds when the placement was reserved."""
+    roles: tuple[tuple[int, dict[str, int]], ...] = ()
+    """A gang's pods as (count, one pod's requests) per role; empty: one pod of ``requests``."""
+
+    def pods(self) -> list[dict[str, int]]:
+        """The placement's pods, each with its requests (where each can land is what the check needs)."""
+        if not self.roles:
+            return [self.requests]
+        return [requests for count, requests in self.roles for _ in range(count)]
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"requests": self.requests, "at": round(self.at, 3)}
+        if self.roles:
+            document["roles"] = [[count, requests] for count, requests in self.roles]
+        return document
+
+
+def _roles(raw: Any) -> tuple[tuple[int, dict[str, int]], ...]:
+    """A gang's roles as written by :meth:`Entry.to_json`; anything else (a ledger written before gangs
+    were recorded, a hand edit) is read as none: the entry then counts as one pod of its sum."""
+    if not isinstance(raw, list):
+        return ()
+    roles: list[tuple[int, dict[str, int]]] = []
+    try:
+        for count, requests in raw:
+            roles.append((int(count), {str(k): int(v) for k, v in dict(requests).items()}))
+    except (TypeError, ValueError):
+        return ()
+    if any(count < 1 for count, _ in roles) or sum(count for count, _ in roles) > MAX_GANG_PODS:
+        return ()
+    return tuple(roles)
 
 
 def lease_name(federation: str) -> str:
@@ -83,7 +117,11 @@ class PlacementLedger:
 
     def _unavailable(self, exc: Any) -> LedgerUnavailable:
         status = getattr(exc, "status", None)
-        why = {404: "serves no Leases", 403: "forbids Leases"}.get(status or 0, f"answered {status}")
+        why = {
+            404: "serves no Leases",
+            403: "forbids Leases: deploy/rbac.yaml's rule on coordination.k8s.io leases (get, create, "
+            "update) is missing",
+        }.get(status or 0, f"answered {status}")
         return LedgerUnavailable(f"the cluster {why} in namespace {self.namespace!r}")
 
     @staticmethod
@@ -95,7 +133,9 @@ class PlacementLedger:
             return {}
         return {
             str(pid): Entry(
-                requests={str(k): int(v) for k, v in (e.get("requests") or {}).items()}, at=float(e["at"])
+                requests={str(k): int(v) for k, v in (e.get("requests") or {}).items()},
+                at=float(e["at"]),
+                roles=_roles(e.get("roles")),
             )
             for pid, e in document.items()
             if isinstance(e, dict) and "at" in e
@@ -108,7 +148,7 @@ class PlacementLedger:
         lease.metadata.annotations = {
             **(lease.metadata.annotations or {}),
             ANNOTATION: json.dumps(
-                {pid: {"requests": e.requests, "at": round(e.at, 3)} for pid, e in entries.items()},
+                {pid: e.to_json() for pid, e in entries.items()},
                 sort_keys=True,
             ),
         }
@@ -126,14 +166,17 @@ class PlacementLedger:
         placement_id: str,
         requests: Mapping[str, int],
         *,
-        fits: Callable[[ResourceList], bool],
+        fits: Callable[[list[ResourceList]], bool],
         landed: Callable[[str, float], bool],
         ttl: float,
+        roles: Sequence[tuple[int, Mapping[str, int]]] = (),
     ) -> bool:
-        """Hold ``requests`` for ``placement_id`` if ``fits(held)`` says the cluster still has room with
-        everything the ledger holds; True when held. Entries whose pod ``landed`` (a snapshot taken after
-        them shows it) or older than ``ttl`` are dropped on the way. False when there is no room, or when
-        :data:`MAX_CONFLICTS` rounds in a row lost the race to other workers."""
+        """Hold ``requests`` (a gang: its ``roles``, (count, one pod's requests) each) for ``placement_id``
+        if ``fits(held)`` says the cluster still has room with everything the ledger holds (``held``: the
+        pods of its placements, oldest placement first); True when held. Entries whose pod ``landed`` (a
+        snapshot taken after them shows it) or older than ``ttl`` are dropped on the way. False when there
+        is no room, or when :data:`MAX_CONFLICTS` rounds in a row lost the race to other workers."""
+        entry_roles = tuple((count, dict(pod)) for count, pod in roles)
         spent = 0.0
         for attempt in range(MAX_CONFLICTS):
             if attempt:
@@ -145,14 +188,15 @@ class PlacementLedger:
             if placement_id in current:
                 return True
             kept = {p: e for p, e in current.items() if now - e.at < ttl and not landed(p, e.at)}
-            held: ResourceList = {}
-            for entry in kept.values():
-                held = add(held, entry.requests)
+            # Pod by pod, as the decision that chose the cluster saw them: where each one can land matters
+            # (a held GPU pod takes no room on the CPU node a CPU pod needs).
+            ordered = sorted(kept.items(), key=lambda item: (item[1].at, item[0]))
+            held = [pod for _, entry in ordered for pod in entry.pods()]
             if not fits(held):
                 if len(kept) != len(current):
                     self._replace(lease, kept)  # prune for the next reader; a conflict is harmless
                 return False
-            if self._replace(lease, {**kept, placement_id: Entry(dict(requests), now)}):
+            if self._replace(lease, {**kept, placement_id: Entry(dict(requests), now, entry_roles)}):
                 return True
             spent = time.monotonic() - began
         return False

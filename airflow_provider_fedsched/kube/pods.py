@@ -30,6 +30,12 @@ LOG_READ_TIMEOUT = 60.0
 T = TypeVar("T")
 
 CONFIRM_INTERVAL = 0.5
+STOP_GRACE_SECONDS = 1
+"""The grace period of the deletions that must be confirmed (a pod left behind, fenced, or of an earlier
+try). Not 0: a delete with no grace period removes the pod from the API at once (a force deletion) while
+its container may still run on its node, for ever on a node that is NotReady; with a grace period, the
+pod stays (terminating) until its kubelet says the container stopped, so a 404 proves it. An unbound pod
+is removed at once either way, and a kubelet never starts a terminating pod."""
 """Seconds between reads while confirming a deletion or watching a pod start."""
 
 
@@ -169,6 +175,7 @@ class FederatedPodManager(PodManager):
         """Pods this manager deleted (a later 404 is ours, not a vanished pod)."""
         self._read_through: Any = None  # the timestamp of the last log line read, while reading the rest
         self._stages: dict[str, dict[str, int]] = {}  # pod uid -> the latest stage read (see _lifecycle)
+        self._known: set[tuple[str, str]] = set()  # (namespace, name) of pods created or read here
         self.logs_interrupted = False
         """While following logs (:meth:`fetch_container_logs`), a stream ended in an error or the cluster
         went silent: the stream may have ended before the container did."""
@@ -210,7 +217,15 @@ class FederatedPodManager(PodManager):
         name, namespace = pod.metadata.name, pod.metadata.namespace
         stale_since: float | None = None
         while True:
-            remote = self._answered(lambda: self._client.read_namespaced_pod(name, namespace), f"pod {name}")
+            # Once this pod was created or read, a refusal (401, 403) is no verdict on it: an API server
+            # that restarts answers them until its authorizer's caches fill, and a revoked permission
+            # says nothing about whether the pod still runs. Waited for as silence, within the grace.
+            remote = self._answered(
+                lambda: self._client.read_namespaced_pod(name, namespace),
+                f"pod {name}",
+                refusals=(namespace, name) in self._known,
+            )
+            self._known.add((namespace, name))
             if not self._older_than_seen(remote):
                 break
             now = time.monotonic()
@@ -250,18 +265,21 @@ class FederatedPodManager(PodManager):
         self._stages[uid] = {key: max(rank, (seen or {}).get(key, -1)) for key, rank in now.items()}
         return False
 
-    def _answered(self, call: Callable[[], T], about: str, *, server_errors: bool = True) -> T:
+    def _answered(
+        self, call: Callable[[], T], about: str, *, server_errors: bool = True, refusals: bool = False
+    ) -> T:
         """``call()`` until the cluster answers it; :class:`ClusterLost` once the watch's limit passes
         without an answer. Any answer other than silence (a 404, a 403, the result) ends the wait; with
         ``server_errors=False`` a 5xx is an answer too (a log read: the node's kubelet failed, not the
-        cluster, whose pod reads judge the pod)."""
+        cluster, whose pod reads judge the pod); with ``refusals`` a 401 or 403 is silence too."""
         noted = 0.0
         while True:
             try:
                 result = call()
                 break
             except Exception as exc:
-                if is_gone(exc) or not unanswered(exc, server_errors=server_errors):
+                refused = refusals and getattr(exc, "status", None) in (401, 403)
+                if is_gone(exc) or not (refused or unanswered(exc, server_errors=server_errors)):
                     raise
                 waited = self.watch.unanswered(exc)
                 self.logs_interrupted = True
@@ -413,7 +431,9 @@ class FederatedPodManager(PodManager):
         """Create once: a create that timed out may still have landed, so a 409 for the same placement
         is that pod (never a second one)."""
         try:
-            return self.run_pod_async(pod)
+            created = self.run_pod_async(pod)
+            self._known.add((pod.metadata.namespace, pod.metadata.name))
+            return created
         except Exception as exc:
             if getattr(exc, "status", None) != 409:
                 raise
@@ -441,15 +461,17 @@ class FederatedPodManager(PodManager):
             raise PodNotDeleted(self.cluster, namespace, name, self.reason(cause)) from exc
 
     def remove(self, namespace: str, name: str, *, within: float) -> bool:
-        """Delete the pod (no grace period: it must never start later) and confirm it is gone within
-        ``within`` seconds; True once confirmed (a 404 counts)."""
+        """Delete the pod and confirm it is gone within ``within`` seconds; True once confirmed (a 404
+        counts: its kubelet stopped it, :data:`STOP_GRACE_SECONDS`)."""
         deadline = time.monotonic() + within
         deleted = False
         self.removed.add((namespace, name))
         while True:
             try:
                 if not deleted:
-                    self._client.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                    self._client.delete_namespaced_pod(
+                        name, namespace, grace_period_seconds=STOP_GRACE_SECONDS
+                    )
                     deleted = True
                 self._client.read_namespaced_pod(name, namespace)
             except Exception as exc:
@@ -523,7 +545,7 @@ async def aremove(api: Any, namespace: str, name: str, *, within: float) -> bool
     while True:
         try:
             if not deleted:
-                await api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                await api.delete_namespaced_pod(name, namespace, grace_period_seconds=STOP_GRACE_SECONDS)
                 deleted = True
             await api.read_namespaced_pod(name, namespace)
         except Exception as exc:

@@ -30,6 +30,7 @@ from airflow_provider_fedsched.federation.spec import Taint
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.kube.clients import api_client, discard_client
 from airflow_provider_fedsched.kube.labels import PLACEMENT_LABEL, TASK_LABEL, TENANT_LABEL
+from airflow_provider_fedsched.kube.permissions import missing_permissions
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +92,20 @@ def quota_limits(quotas: Iterable[Mapping[str, Any]]) -> dict[str, ResourceList]
     return {namespace: found for namespace, found in limits.items() if found}
 
 
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
+"""Taints the node lifecycle controller adds while a node is not ready or cordoned. They mirror a state
+(kept as ``ready`` and ``unschedulable``), not what the node is: kept as taints, a gang or pod whose only
+fitting nodes are briefly NotReady would be judged "never fits" there (and fail) instead of "not now"."""
+
+
 def _node_snapshot(node: Mapping[str, Any], requested: ResourceList) -> NodeSnapshot:
     metadata, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
+    taints = spec.get("taints") or []
+    keys = {t["key"] for t in taints}
     return NodeSnapshot(
         name=metadata["name"],
         allocatable=parse_resource_list(status.get("allocatable") or status.get("capacity")),
@@ -103,10 +113,12 @@ def _node_snapshot(node: Mapping[str, Any], requested: ResourceList) -> NodeSnap
         labels=metadata.get("labels") or {},
         taints=[
             Taint(key=t["key"], value=t.get("value") or "", effect=t["effect"])
-            for t in spec.get("taints") or []
+            for t in taints
+            if t["key"] not in NOT_READY_TAINTS and t["key"] != CORDON_TAINT
         ],
-        ready=ready,
-        unschedulable=bool(spec.get("unschedulable")),
+        # Until the controller lifts the taint the scheduler still keeps pods off: not schedulable now.
+        ready=ready and not keys & NOT_READY_TAINTS,
+        unschedulable=bool(spec.get("unschedulable")) or CORDON_TAINT in keys,
     )
 
 
@@ -263,7 +275,8 @@ async def collect_snapshot(
 
     now = clock or (lambda: datetime.now(UTC))
     try:
-        api = client.CoreV1Api(await api_client(access))
+        shared = await api_client(access)
+        api = client.CoreV1Api(shared)
     except Exception as exc:
         return ClusterSnapshot(
             cluster=access.cluster,
@@ -276,7 +289,9 @@ async def collect_snapshot(
         nodes, pods, quotas = await _list_all(api)
         if limits is not None:
             limits[access.cluster] = quota_limits(quotas)
-        return condense(access.cluster, nodes, pods, quotas, observed_at=now())
+        snapshot = condense(access.cluster, nodes, pods, quotas, observed_at=now())
+        missing = await missing_permissions(shared, access.cluster, access.namespace or "default")
+        return snapshot.model_copy(update={"missing_permissions": missing}) if missing else snapshot
 
     try:
         return await asyncio.wait_for(read(), timeout)

@@ -17,7 +17,11 @@ from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
 from airflow_provider_fedsched.kube.access import ClusterAccessError
 from airflow_provider_fedsched.kube.labels import PREEMPTIBLE_LABEL, TENANT_LABEL
-from airflow_provider_fedsched.validation.operator import OperatorArguments, check_operator_arguments
+from airflow_provider_fedsched.validation.operator import (
+    OperatorArguments,
+    check_annotations,
+    check_operator_arguments,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.federation import FederationHook
@@ -201,6 +205,10 @@ class Arguments(KubernetesPodOperator):
         except SpecError as exc:
             raise FederationError(f"federation: the spec cannot be loaded: {exc}") from None
         checked_arguments(preemptible=self.preemptible, checkpoint=self.checkpoint)
+        try:
+            check_annotations(self.annotations)
+        except SpecError as exc:
+            raise FederationError(str(exc)) from None
         self.policy_spec = check_arguments(
             spec,
             conflicting=self._conflicting_arguments,

@@ -100,6 +100,8 @@ class Contract(EarlierTries):
 
         def _run_attempt(self, context: Any, attempt: Attempt) -> Any: ...
 
+        def _publish_attempt(self) -> None: ...
+
         def _place_and_run(self, context: Any) -> Any: ...
 
     # Where a try resumes -------------------------------------------------------------------------------
@@ -156,7 +158,10 @@ class Contract(EarlierTries):
             elif now - started >= self.schedule_timeout_seconds:
                 reason = f"not scheduled within {self.schedule_timeout_seconds}s"
                 raise Judged(ClusterFailure("insufficient", reason))
-            time.sleep(CONFIRM_INTERVAL)
+            began = time.monotonic()
+            self._publish_attempt()  # while the pod starts: it takes part of this wait, not more
+            time.sleep(max(0.0, CONFIRM_INTERVAL - (time.monotonic() - began)))
+        self._publish_attempt()
         KubernetesPodOperator.await_pod_start(self, pod)
         attempt = self._record.current
         if attempt is not None:
@@ -198,7 +203,7 @@ class Contract(EarlierTries):
         pod had Succeeded before its cluster stopped answering (the try succeeds, its work is not re-run)."""
         failure = self._judge(attempt, exc)
         if failure is None:
-            self._finish(context, attempt, "failed", _short(exc))
+            self._finish(context, attempt, "failed", short_error(exc))
             return exc
         attempt.failed_at = attempt.failed_at or self._failed_at()
         self.log.warning(
@@ -364,7 +369,7 @@ class Contract(EarlierTries):
         return FederationError(reason)
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
     # An API refusal's first line is only "(403)": the server's message names what was refused.
     refused = api_refusal(exc)
     if refused:

@@ -54,6 +54,7 @@ class Deferral(Contract):
         deadline = None
         if self.execution_timeout is not None and context is not None:
             deadline = context["ti"].start_date.timestamp() + self.execution_timeout.total_seconds()
+        self._publish_attempt()
         self._save(context)
         trigger = import_string(self.trigger_class)(
             federation=self.federation_hook.serializable_source(),

@@ -118,6 +118,16 @@ class EarlierTries(KubernetesPodOperator):
             )
             if not self.pod_manager.remove(metadata.namespace, metadata.name, within=GONE_TIMEOUT):
                 self.federation_hook.add_orphan(cluster, metadata.namespace, metadata.name)
+                if chosen is None and not self.preemptible:
+                    # Not confirmed stopped (a terminating pod on a NotReady node runs on): its work may
+                    # still run, so it is not started again; the next try waits for that cluster too.
+                    self._record.left_by_earlier_try = attempts.adopted_attempt(self._record, cluster, pod)
+                    raise self._give_up(
+                        context,
+                        f"pod {metadata.name} of an earlier try is not confirmed stopped in {cluster} "
+                        f"within {GONE_TIMEOUT:g}s (its node may not answer): its work may still run, so it "
+                        "is not started again; it is deleted when its node answers",
+                    )
         if chosen is None:
             return None
         return self._adopt(context, attempts.adopted_attempt(self._record, *chosen), "pod")

@@ -27,15 +27,17 @@ from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.federation.record import Attempt
 from airflow_provider_fedsched.federation.request import GangRole, TaskRequest
-from airflow_provider_fedsched.kube.failures import ClusterFailure, never_sent
+from airflow_provider_fedsched.federation.spec import SpecError
+from airflow_provider_fedsched.kube.failures import ClusterFailure, classify, never_sent
 from airflow_provider_fedsched.kube.jobs import GangView, JobManager
 from airflow_provider_fedsched.kube.labels import TASK_LABEL, TRY_LABEL
 from airflow_provider_fedsched.kube.pods import unanswered
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError
-from airflow_provider_fedsched.operators.contract import ClusterLeft, Judged
+from airflow_provider_fedsched.operators.contract import ClusterLeft, Judged, short_error
 from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+from airflow_provider_fedsched.validation.operator import check_annotations, check_job_arguments
 
 __all__ = ["FederatedKubernetesJobOperator"]
 
@@ -72,10 +74,21 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             )
         if self.do_xcom_push:
             raise FederationError("do_xcom_push: not supported for federated Jobs yet")
-        for name in ("parallelism", "completions"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise FederationError(f"{name} must be a whole number of pods, at least 1 (got {value!r})")
+        try:
+            check_job_arguments(
+                job_poll_interval=self.job_poll_interval,
+                backoff_limit=self.backoff_limit,
+                ttl_seconds_after_finished=self.ttl_seconds_after_finished,
+                parallelism=self.parallelism,
+                completions=self.completions,
+                completion_mode=self.completion_mode,
+            )
+            job_metadata = getattr(self.full_job_spec, "metadata", None)
+            check_annotations(
+                getattr(job_metadata, "annotations", None), "full_job_spec.metadata.annotations"
+            )
+        except SpecError as exc:
+            raise FederationError(str(exc)) from None
         pod, request = super().prepare(context, hook)
         others = request.model_dump(exclude={"resources", "gang"})
         gang = TaskRequest.for_gang([GangRole(count=self.gang_size, resources=request.resources)], **others)
@@ -195,12 +208,21 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         try:
             self.job_manager.create(job)
         except Exception as exc:
-            if never_sent(exc) or not unanswered(exc):
+            if not never_sent(exc) and unanswered(exc):
+                pass  # The create may have landed: the reads that follow find out (within the grace).
+            else:
+                # Refused (or never sent): no Job exists. The cluster's refusal (a quota) moves the gang
+                # on; any other ends the attempt and the try, its reservation released, never "running".
+                failure = classify([exc], None, server=self.pod_manager.server)
+                if failure is not None:
+                    raise Judged(failure) from exc
+                self._finish(context, attempt, "failed", f"job {attempt.pod} not created: {short_error(exc)}")
                 raise
-            # The create may have landed: the reads that follow find out (within the grace).
         ti = context["ti"]
         ti.xcom_push(key="job_name", value=attempt.pod)
         ti.xcom_push(key="job_namespace", value=attempt.namespace)
+        self._unpublished = True
+        self._publish_attempt()
         self.log.info(
             "Job %s/%s created in %s: a gang of %d pod(s)",
             attempt.namespace,

@@ -29,7 +29,8 @@ from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
 from airflow_provider_fedsched.federation.resources import format_quantity
 from airflow_provider_fedsched.federation.spec import FederationSpec
-from airflow_provider_fedsched.hooks.federation import FederationHook, poll_interval
+from airflow_provider_fedsched.hooks.federation import FederationHook
+from airflow_provider_fedsched.hooks.waiting import WaitWatch
 from airflow_provider_fedsched.kube.access import ClusterAccess
 from airflow_provider_fedsched.kube.clients import sync_api_client
 from airflow_provider_fedsched.kube.failures import ClusterFailure, describe_error, never_sent
@@ -138,6 +139,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         self._access: ClusterAccess  # set by use_cluster, with current_cluster
         self.placement: PlacementRecord | None = None
         self._records = records.RecordKeeper()
+        self._first_placement = False
+        self._unpublished = False
         self._watch = Watch(grace=0.0)
         self._context: Any = None
         self._created: bool | None = None
@@ -191,6 +194,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
     def resume_placement(self, context: Any, event: Any = None) -> Any:
         """Re-entry after a deferred wait: decide again."""
         self._begin(context)
+        if isinstance(event, dict) and event.get("message"):
+            self.log.info("Deciding again: %s", event["message"])
         with self._sweeping_at_the_end():
             return self._place_and_run(context)
 
@@ -250,6 +255,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             if record.request is None:  # for `fedsched history export`
                 record.request = self.task_request.model_dump(mode="json")
             self.log.info("Federation decision:\n%s", decision_table(decision))
+            if len(record.decisions) == 1 and not record.attempts:
+                self._warn_missing_permissions(decision)
             if decision.outcome == "impossible":
                 raise self._give_up(context, f"no member cluster can ever run this task: {decision.reason}")
             if decision.outcome == "wait":
@@ -270,17 +277,31 @@ class FederatedKubernetesOperator(Arguments, Deferral):
                     return self._run_attempt(context, adopted)
                 except ClusterLeft:
                     continue
-            if not record.attempts:
-                tenant = self.task_request.tenant
-                records.note_placed(self.federation_hook, record, str(decision.cluster), tenant)
+            # The try's first placement is written down as a wait sample once a pod of it is created.
+            self._first_placement = self._first_placement or not record.attempts
             attempt = self._launch(context, decision)
             try:
                 return self._run_attempt(context, attempt)
             except ClusterLeft:
                 continue
 
+    def _warn_missing_permissions(self, decision: Decision) -> None:
+        """At the start of the try's log: each member considered that forbids what the provider needs there
+        (``kube/permissions.py``, seen by its snapshot), naming the rule and what is lost without it."""
+        names = (
+            {decision.cluster}
+            | {r.cluster for r in decision.rejected}
+            | {c.cluster for c in decision.candidates}
+        )
+        snapshots = self.federation_hook.state.snapshots.newest(sorted(n for n in names if n))
+        for name, snapshot in sorted(snapshots.items()):
+            for missing in snapshot.missing_permissions:
+                self.log.warning("Member %s does not grant the provider (deploy/rbac.yaml) %s", name, missing)
+
     def _wait(self, context: Any, decision: Decision) -> None:
-        """Wait for a compliant cluster: the clock runs from the first wait (across deferrals)."""
+        """Wait for a compliant cluster: the clock runs from the first wait (across deferrals); the try
+        decides again as soon as shared state shows news that changes its decision (hooks/waiting.py),
+        at the latest at the wait's deadline."""
         record = self._record
         waited = records.start_waiting(record, decision.reason)
         limit = seconds(self.wait_timeout, "wait_timeout") or 0.0
@@ -288,20 +309,38 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             raise self._give_up(
                 context, f"no cluster could take the task within {limit:g}s: {decision.reason}"
             )
-        interval = min(poll_interval(self.task_request.expected_duration_seconds), max(limit - waited, 0.1))
+        left = max(limit - waited, 0.1)
+        watch = WaitWatch.start(
+            self.federation_hook,
+            self.task_request,
+            attempts.placement_id(record, len(record.attempts) + 1),
+            decision.decided_at,
+            exclude=record.excluded,
+            excluded_at=record.excluded_at,
+            impossible=record.impossible,
+            policy=self.policy_spec,
+        )
         self._save(context)
-        self.log.info("Waiting %.1fs for a compliant cluster: %s", interval, decision.reason)
+        self.log.info(
+            "Waiting up to %.0fs more (wait_timeout %gs) for a compliant cluster, %s: %s",
+            left,
+            limit,
+            watch.describe(),
+            decision.reason,
+        )
         if decision.extra.get("reclaim"):
             self.log.info("Giving borrowed capacity back: %s", decision.extra["reclaim"])
         if self.deferrable:
-            from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+            from airflow_provider_fedsched.triggers.wait import FederationWaitTrigger
 
-            from airflow_provider_fedsched.triggers.pod import min_deferral_seconds
-
-            # Never shorter than [fedsched] min_deferral_seconds: a short deferral races the scheduler.
-            pause = timedelta(seconds=max(interval, min_deferral_seconds()))
-            self.defer(trigger=TimeDeltaTrigger(pause), method_name="resume_placement")
-        time.sleep(interval)
+            trigger = FederationWaitTrigger(
+                federation=self.federation_hook.serializable_source(),
+                wait_for=watch.wait_for.to_json(),
+                deadline=time.time() + left,
+            )
+            self.defer(trigger=trigger, method_name="resume_placement")
+        news = watch.wait(left)
+        self.log.info("Deciding again: %s", news or f"the wait's deadline ({limit:g}s) came")
 
     def _decide(self, context: Any) -> Decision:
         """A valid precomputed plan for the first decision of a try, else a fresh one; either way the
@@ -355,10 +394,13 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             record.failover_seconds += (attempt.started_at - previous.failed_at).total_seconds()
         record.attempts.append(attempt)
         record.cluster, record.outcome, record.reason = cluster, "running", ""
-        self._save(context)  # before the create: a worker that dies right after it still finds the pod
+        # In the task's state before the create (a worker that dies right after it still finds the pod);
+        # published as the XCom while the pod starts (_publish_attempt), off the way to the pod.
+        self._records.save(context, record, publish=False)
         self.log.info(
-            "Attempt %d: launching pod %s/%s in cluster %s (%s)%s",
+            "Attempt %d: launching %s %s/%s in cluster %s (%s)%s",
             attempt.number,
+            self.earlier_kind,
             attempt.namespace,
             attempt.pod,
             cluster,
@@ -430,7 +472,21 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             # The create may have landed: find out (waiting within the grace) rather than guess.
             self.pod_manager.read_pod(pod_request_obj)
         self._created = True
+        self._unpublished = True
         return pod_request_obj
+
+    def _publish_attempt(self) -> None:
+        """What the try publishes about a newly created pod's attempt, while the pod starts (in the wait
+        between two start-up checks, or before deferring): the record as the XCom, and, for the try's
+        first placement, how long it waited. Nothing of it is needed before the create."""
+        if not self._unpublished:
+            return
+        self._unpublished = False
+        self._save(self._context)
+        attempt = self._record.current
+        if self._first_placement and attempt is not None:
+            self._first_placement = False
+            records.note_placed(self.federation_hook, self._record, attempt.cluster, self.task_request.tenant)
 
     def find_pod(self, namespace: str, context: Any, *, exclude_checked: bool = True) -> k8s.V1Pod | None:
         """The attempt's pod by name (KubernetesPodOperator's label search would also match other tries)."""

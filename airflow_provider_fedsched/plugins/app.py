@@ -61,7 +61,11 @@ def _federation_hook() -> Any:
 def _from_federation(key: str, read: Callable[[Any, datetime], Any]) -> dict[str, Any]:
     """``{federation, error, now, <key>: read(hook, now)}``; a federation that cannot be read (no spec
     configured, an unreadable spec) gives an empty list and the reason, for the page to show. A bad query
-    parameter (:class:`usage.BadParameter`) is a 422 naming it."""
+    parameter (:class:`usage.BadParameter`) is a 422 naming it. Malformed stored entries never get here
+    (the stores skip them, naming their keys in the log); anything else unexpected is logged with its
+    traceback and the page says only where to look: exception text is not for the browser."""
+    from airflow_provider_fedsched.federation.spec import SpecError
+
     now = datetime.now(UTC)
     try:
         hook = _federation_hook()
@@ -69,9 +73,13 @@ def _from_federation(key: str, read: Callable[[Any, datetime], Any]) -> dict[str
         federation = hook.spec.name
     except usage.BadParameter as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
-    except Exception as exc:
+    except SpecError as exc:
         log.warning("Federation page: cannot read the federation's %s: %s", key, exc)
-        return {"federation": None, "error": f"{type(exc).__name__}: {exc}", "now": now.isoformat(), key: []}
+        return {"federation": None, "error": str(exc), "now": now.isoformat(), key: []}
+    except Exception:
+        log.exception("Federation page: cannot read the federation's %s", key)
+        error = f"the federation's {key} could not be read (the API server's log says why)"
+        return {"federation": None, "error": error, "now": now.isoformat(), key: []}
     return {"federation": federation, "error": None, "now": now.isoformat(), key: rows}
 
 

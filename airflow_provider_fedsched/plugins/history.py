@@ -343,7 +343,7 @@ def placement_row(
         "large_egress": egress_gb >= LARGE_EGRESS_GB,
         "decisions": len(record.decisions),
         "excluded": record.excluded,
-        "waited_seconds": round(record.waited_seconds, 3),
+        "waited_seconds": round(record.waited(now), 3),
         "failover_seconds": round(record.failover_seconds, 3),
         "started_at": record.started_at.isoformat(),
         "ended_at": record.ended_at.isoformat() if record.ended_at else None,
@@ -392,15 +392,51 @@ def _median(values: Sequence[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
+def refresh_for_page(hook: Any) -> tuple[datetime, str | None]:
+    """Take again the snapshots older than half the policy's TTL (the page's cache: a page load within
+    that time asks no member), concurrently, each member within the hook's snapshot timeout, single-flight
+    with every worker; a member another process is refreshing right now is not waited for. Returns when
+    the refresh started, and why it failed (None when it did not)."""
+    started = datetime.now(UTC)
+    try:
+        hook.snapshots(wait=False)
+    except Exception as exc:  # the page still shows what is stored, saying why it is not newer
+        return started, f"{type(exc).__name__}: {exc}"
+    return started, None
+
+
+def snapshot_note(
+    snapshot: Any, refreshed_since: datetime, refresh_error: str | None, ttl: float, now: datetime
+) -> str:
+    """Why the snapshot shown is as old as it is, in a sentence for the page."""
+    if snapshot is None:
+        return "no snapshot yet: " + (refresh_error or "another process is taking the first one")
+    age = max(0.0, (now - snapshot.observed_at).total_seconds())
+    if snapshot.observed_at >= refreshed_since:
+        return "taken for this page load"
+    if age <= ttl / 2:
+        return f"taken {age:.0f}s ago; a page load takes snapshots older than {ttl / 2:g}s again"
+    if refresh_error is not None:
+        return f"{age:.0f}s old: could not be taken again ({refresh_error})"
+    return f"{age:.0f}s old: another process is taking it again right now"
+
+
 def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every member of the hook's federation: spec, latest snapshot, cooldown and recent history."""
+    """Every member of the hook's federation: spec, latest snapshot (refreshed when stale), cooldown and
+    recent history; a member that does not answer is unavailable, with the reason and when it last did."""
     from airflow_provider_fedsched.federation.snapshot import summarize
 
-    now = now or datetime.now(UTC)
+    refreshed_since, refresh_error = refresh_for_page(hook)
+    now = max(now or datetime.now(UTC), datetime.now(UTC))  # after the refresh
+    ttl = float(hook.spec.policy.snapshot_ttl_seconds)
     rows: list[dict[str, Any]] = []
     for member in hook.spec.clusters:
         snapshot = hook.stored_snapshot(member.name)
         summary = summarize(snapshot, now) if snapshot is not None else None
+        answered = [
+            s["at"] for s in hook.history(member.name, "utilization")[-1:] if isinstance(s.get("at"), str)
+        ]
+        last_answered = datetime.fromisoformat(answered[0]) if answered else None
         cooldowns = hook.cooldown_details(member.name, now)
         cooldown = cooldowns[0] if cooldowns else None
         latency = [
@@ -424,11 +460,17 @@ def cluster_overview(hook: Any, now: datetime | None = None) -> list[dict[str, A
                 "reason": (summary["reason"] if summary else "no snapshot yet") or "",
                 "observed_at": snapshot.observed_at.isoformat() if snapshot else None,
                 "snapshot_age_seconds": summary["age_seconds"] if summary else None,
+                "snapshot_note": snapshot_note(snapshot, refreshed_since, refresh_error, ttl, now),
+                "last_answered_at": last_answered.isoformat() if last_answered else None,
+                "last_answered_age_seconds": (
+                    round(max(0.0, (now - last_answered).total_seconds()), 3) if last_answered else None
+                ),
                 "nodes": summary["nodes"] if summary else 0,
                 "ready_nodes": summary["ready_nodes"] if summary else 0,
                 "free": summary["free"] if summary else {},
                 "total": summary["total"] if summary else {},
                 "largest_free_node": summary["largest_free_node"] if summary else None,
+                "missing_permissions": summary["missing_permissions"] if summary else [],
                 "cooldown": (
                     {
                         "until": cooldown[1].isoformat(),

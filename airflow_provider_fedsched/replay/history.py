@@ -37,6 +37,7 @@ def _name(record: PlacementRecord) -> str:
 
 def tasks_from_records(records: Iterable[PlacementRecord]) -> HistoryExport:
     kept: list[tuple[PlacementRecord, float]] = []
+    phases: dict[int, str] = {}
     skipped: dict[str, int] = {}
 
     def skip(why: str) -> None:
@@ -54,6 +55,7 @@ def tasks_from_records(records: Iterable[PlacementRecord]) -> HistoryExport:
         assert last.ended_at is not None
         run = (last.ended_at - (last.running_at or last.started_at)).total_seconds()
         kept.append((record, max(0.0, run)))
+        phases[id(record)] = "Succeeded" if last.outcome == "succeeded" else "Failed"
     if not kept:
         return HistoryExport([], skipped)
     origin = min(record.started_at for record, _ in kept)
@@ -73,6 +75,7 @@ def tasks_from_records(records: Iterable[PlacementRecord]) -> HistoryExport:
                 qos="BE" if request.get("preemptible") else "Burstable",
                 home=record.attempts[0].cluster,
                 datasets=tuple(request.get("datasets") or ()),
+                phase=phases[id(record)],
             )
         )
     return HistoryExport(tasks, skipped)

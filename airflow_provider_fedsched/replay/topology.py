@@ -19,6 +19,7 @@ from airflow_provider_fedsched.replay.workload import Node, ReplayInputError, Ta
 
 __all__ = [
     "GPU_MILLI",
+    "MAX_REPLAY_CLUSTERS",
     "REGIONS",
     "Federation",
     "Region",
@@ -26,6 +27,8 @@ __all__ = [
     "build_federation",
 ]
 
+MAX_REPLAY_CLUSTERS = 1_000
+"""Member clusters the nodes are split into (``--clusters``): the engine is benchmarked at 1,000."""
 GPU_MILLI = resources.GPU_MILLI
 """The replay's GPU resource, in thousandths of a GPU, so that the trace's GPU-sharing pods can be placed
 (an extended resource, priced per unit-hour at a thousandth of the GPU-hour price)."""
@@ -123,8 +126,8 @@ def _cluster_documents(count: int, labels: Sequence[Mapping[str, str]]) -> list[
 def split_nodes(nodes: Sequence[Node], count: int, seed: int) -> list[list[Node]]:
     """Nodes named with a cluster keep it; the others are shuffled (seeded) and dealt out in turn, so that
     every cluster gets a similar mix of node types."""
-    if count < 1:
-        raise ReplayInputError(f"--clusters: must be at least 1 (got {count})")
+    if not 1 <= count <= MAX_REPLAY_CLUSTERS:
+        raise ReplayInputError(f"--clusters: must be 1..{MAX_REPLAY_CLUSTERS:,} (got {count})")
     rng = random.Random(seed)
     order = list(nodes)
     rng.shuffle(order)

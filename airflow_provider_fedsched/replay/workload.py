@@ -9,14 +9,28 @@ writes. Every problem is a :class:`ReplayInputError` naming the file, line and c
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
+import itertools
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
+
+from airflow_provider_fedsched.federation._errors import SpecError
+from airflow_provider_fedsched.federation.documents import open_regular_file
+from airflow_provider_fedsched.federation.limits import MAX_SECONDS
 
 __all__ = [
+    "MAX_COPIES",
+    "MAX_CSV_BYTES",
+    "MAX_CSV_INTEGER",
+    "MAX_NODE_ROWS",
+    "MAX_POD_ROWS",
+    "MAX_TASKS",
     "NODE_COLUMNS",
     "POD_COLUMNS",
     "POD_COLUMNS_OPTIONAL",
@@ -24,6 +38,7 @@ __all__ = [
     "ReplayInputError",
     "Task",
     "TraceShaping",
+    "check_seconds_option",
     "read_nodes",
     "read_pods",
     "shape_trace",
@@ -43,6 +58,19 @@ POD_COLUMNS_OPTIONAL = (
     "datasets",
 )
 QOS_CLASSES = ("LS", "Burstable", "Guaranteed", "BE")
+
+MAX_CSV_BYTES = 128 * 2**20
+"""A nodes or pods file (the Alibaba trace's largest pod list is 0.6 MB)."""
+MAX_NODE_ROWS = 100_000
+MAX_POD_ROWS = 500_000
+MAX_TASKS = 1_000_000
+"""Pods of the replay once ``--copies`` has repeated the list."""
+MAX_COPIES = 1_000
+MAX_CSV_INTEGER = 10**12
+"""Any number in a row: 10^9 cores in millicores, an exabyte in MiB, 30,000 years in seconds; sums of a
+million of them stay exact in a float, and memory in bytes fits a Kubernetes quantity."""
+_MAX_NUMBER_TEXT = 32
+_T = TypeVar("_T")
 
 
 class ReplayInputError(ValueError):
@@ -79,6 +107,8 @@ class Task:
     datasets: tuple[str, ...] = ()
     pinned: bool = False
     """Runs on its home cluster under every policy (an online service that belongs to that cluster)."""
+    phase: str = "Succeeded"
+    """How the pod ended (the trace's ``pod_phase``): a failed try also held its resources while it ran."""
 
     @property
     def online(self) -> bool:
@@ -91,19 +121,59 @@ class Task:
         return self.qos == "BE"
 
 
-def _open_rows(path: Path, required: Sequence[str], what: str) -> tuple[list[str], list[dict[str, str]]]:
+@contextlib.contextmanager
+def _csv_rows(
+    path: Path, required: Sequence[str], what: str, max_rows: int
+) -> Iterator[tuple[list[str], Iterator[tuple[int, dict[str, str]]]]]:
+    """The header and the rows of a CSV file as ``(line, row)``, read as they are used (a file is never held
+    whole): only a regular file of at most :data:`MAX_CSV_BYTES`, at most ``max_rows`` rows."""
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            header = [name.strip() for name in reader.fieldnames or []]
-            missing = [column for column in required if column not in header]
-            if missing:
-                raise ReplayInputError(
-                    f"{what} file {path}: missing column(s) {', '.join(missing)} "
-                    f"(expected at least: {', '.join(required)})"
-                )
-            reader.fieldnames = header
-            return header, list(reader)
+        binary = open_regular_file(path, f"{what}", MAX_CSV_BYTES)
+    except SpecError as exc:
+        raise ReplayInputError(str(exc)) from None
+    with io.TextIOWrapper(binary, encoding="utf-8-sig", newline="") as handle:
+        lines = _bounded_lines(handle, path, what)
+        reader = csv.DictReader(lines)
+        header = [name.strip() for name in _read(lambda: reader.fieldnames, path, what) or []]
+        missing = [column for column in required if column not in header]
+        if missing:
+            raise ReplayInputError(
+                f"{what} file {path}: missing column(s) {', '.join(missing)} "
+                f"(expected at least: {', '.join(required)})"
+            )
+        reader.fieldnames = header
+
+        def rows() -> Iterator[tuple[int, dict[str, str]]]:
+            for line in itertools.count(2):
+                row = _read(lambda: next(reader, None), path, what)
+                if row is None:
+                    return
+                if line - 1 > max_rows:
+                    raise ReplayInputError(
+                        f"{what} file {path} line {line}: more than the {max_rows:,} rows allowed"
+                    )
+                yield line, row
+
+        yield header, rows()
+
+
+def _bounded_lines(handle: io.TextIOWrapper, path: Path, what: str) -> Iterator[str]:
+    """The file's lines, refusing it once it has given more than :data:`MAX_CSV_BYTES` characters (it may
+    have grown since it was opened); a line is never read past that either."""
+    total = 0
+    while True:
+        line = handle.readline(MAX_CSV_BYTES - total + 1)
+        if not line:
+            return
+        total += len(line)
+        if total > MAX_CSV_BYTES:
+            raise ReplayInputError(f"{what} file {path}: more than {MAX_CSV_BYTES:,} bytes")
+        yield line
+
+
+def _read(step: Callable[[], _T], path: Path, what: str) -> _T:
+    try:
+        return step()
     except OSError as exc:
         raise ReplayInputError(f"{what} file {path}: cannot read it: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -113,9 +183,12 @@ def _open_rows(path: Path, required: Sequence[str], what: str) -> tuple[list[str
 
 
 def _integer(row: dict[str, str], column: str, where: str, default: int | None = None) -> int:
+    """A whole number in ``0..MAX_CSV_INTEGER`` (``1000``, ``1000.0``, ``1e3``)."""
     raw = (row.get(column) or "").strip()
     if not raw and default is not None:
         return default
+    if len(raw) > _MAX_NUMBER_TEXT:
+        raise ReplayInputError(f"{where}: {column}: {raw[:20]!r}... is over {_MAX_NUMBER_TEXT} characters")
     try:
         value = int(raw)
     except ValueError:
@@ -128,15 +201,21 @@ def _integer(row: dict[str, str], column: str, where: str, default: int | None =
         value = int(number)
     if value < 0:
         raise ReplayInputError(f"{where}: {column}: {value} is negative")
+    if value > MAX_CSV_INTEGER:
+        raise ReplayInputError(f"{where}: {column}: {raw} is more than {MAX_CSV_INTEGER:,}")
     return value
 
 
 def read_nodes(path: str | Path) -> list[Node]:
     path = Path(path)
-    header, rows = _open_rows(path, NODE_COLUMNS, "nodes")
+    with _csv_rows(path, NODE_COLUMNS, "nodes", MAX_NODE_ROWS) as (header, rows):
+        return _nodes(path, header, rows)
+
+
+def _nodes(path: Path, header: list[str], rows: Iterator[tuple[int, dict[str, str]]]) -> list[Node]:
     nodes: list[Node] = []
     seen: set[str] = set()
-    for line, row in enumerate(rows, start=2):
+    for line, row in rows:
         where = f"nodes file {path} line {line}"
         name = (row.get("sn") or "").strip()
         if not name:
@@ -172,11 +251,17 @@ def read_pods(path: str | Path, *, cap_gpu_milli: bool = False) -> list[Task]:
     requires, so that ``Task.gpu_milli`` tells the devices and the share on each.
     """
     path = Path(path)
-    header, rows = _open_rows(path, POD_COLUMNS, "pods")
+    with _csv_rows(path, POD_COLUMNS, "pods", MAX_POD_ROWS) as (header, rows):
+        return _pods(path, header, rows, cap_gpu_milli)
+
+
+def _pods(
+    path: Path, header: list[str], rows: Iterator[tuple[int, dict[str, str]]], cap_gpu_milli: bool
+) -> list[Task]:
     timed = "creation_time" in header and "deletion_time" in header
     tasks: list[Task] = []
     seen: set[str] = set()
-    for line, row in enumerate(rows, start=2):
+    for line, row in rows:
         where = f"pods file {path} line {line}"
         name = (row.get("name") or "").strip()
         if not name:
@@ -221,6 +306,7 @@ def read_pods(path: str | Path, *, cap_gpu_milli: bool = False) -> list[Task]:
                 qos=qos,
                 home=(row.get("cluster") or "").strip() or None,
                 datasets=datasets,
+                phase=(row.get("pod_phase") or "").strip() or "Succeeded",
             )
         )
     if not tasks:
@@ -250,7 +336,7 @@ def write_pods(path: str | Path, tasks: Iterable[Task]) -> None:
                     per_gpu,
                     task.gpu_spec,
                     task.qos,
-                    "Succeeded",
+                    task.phase,
                     start,
                     start + round(task.run),
                     start,
@@ -279,14 +365,36 @@ class TraceShaping:
     max_run: float = 3600.0
     copies: int = 1
 
+    def check(self, pods: int = 1) -> None:
+        """:class:`ReplayInputError` naming the option unless each is in range (``pods``: the list's)."""
+        check_seconds_option(self.window, "--window")
+        check_seconds_option(self.max_run, "--max-run", positive=True)
+        if isinstance(self.copies, bool) or not isinstance(self.copies, int):
+            raise ReplayInputError(f"--copies: expected a whole number, got {self.copies!r}")
+        if not 1 <= self.copies <= MAX_COPIES:
+            raise ReplayInputError(f"--copies: must be 1..{MAX_COPIES:,} (got {self.copies})")
+        if pods * self.copies > MAX_TASKS:
+            raise ReplayInputError(
+                f"--copies: {self.copies:,} copies of {pods:,} pods are more than {MAX_TASKS:,} tasks"
+            )
+
+
+def check_seconds_option(value: float, option: str, *, positive: bool = False) -> float:
+    """A number of seconds given to an option: finite, ``0..MAX_SECONDS`` (above 0 if ``positive``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ReplayInputError(f"{option}: expected a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0 or value > MAX_SECONDS or (positive and value == 0):
+        low = "above 0" if positive else "0"
+        raise ReplayInputError(
+            f"{option}: {value!r} is not a number of seconds from {low} to {MAX_SECONDS:g}"
+        )
+    return float(value)
+
 
 def shape_trace(tasks: Sequence[Task], shaping: TraceShaping, seed: int) -> list[Task]:
     """Apply :class:`TraceShaping`; pods without times get run times drawn (seeded) from a log-normal
     with the Alibaba default list's median (860 s)."""
-    if shaping.copies < 1:
-        raise ReplayInputError(f"--copies: must be at least 1 (got {shaping.copies})")
-    if shaping.window < 0 or shaping.max_run <= 0:
-        raise ReplayInputError("--window must not be negative and --max-run must be positive")
+    shaping.check(len(tasks))
     rng = random.Random(seed)
     runs = [
         task.run if task.run > 0 else max(1.0, rng.lognormvariate(math.log(860.0), 1.6)) for task in tasks

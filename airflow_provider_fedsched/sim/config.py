@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_fedsched.federation.documents import parse_yaml, read_text_file
+from airflow_provider_fedsched.federation.limits import NOT_BOOL, Price, SizeGb
 from airflow_provider_fedsched.federation.resources import QuantityError, parse_quantity
 from airflow_provider_fedsched.federation.spec import SpecError
 from airflow_provider_fedsched.sim.util import quantity_too_large
@@ -43,18 +44,18 @@ class Taint(_Model):
 
 
 class Prices(_Model):
-    cpu_hour: float = Field(0.0, ge=0)
-    memory_gib_hour: float = Field(0.0, ge=0)
-    gpu_hour: float = Field(0.0, ge=0)
-    egress_gb: float = Field(0.0, ge=0)
+    cpu_hour: Price = 0.0
+    memory_gib_hour: Price = 0.0
+    gpu_hour: Price = 0.0
+    egress_gb: Price = 0.0
 
 
 class NodePool(_Model):
     name: str = "pool"
-    count: int = Field(1, ge=0, le=1000)
+    count: Annotated[int, NOT_BOOL, Field(ge=0, le=1000)] = 1
     cpu: str = "4"
     memory: str = "16Gi"
-    pods: int = Field(110, ge=1)
+    pods: Annotated[int, NOT_BOOL, Field(ge=1)] = 110
     extra: dict[str, str] = Field(default_factory=dict, description="extended resources, e.g. nvidia.com/gpu")
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
@@ -98,7 +99,7 @@ class ClusterConfig(_Model):
         description="the namespace tasks run in on this member: the generated spec's and connection's "
         "(created with the member); default: `default`",
     )
-    port: int = Field(0, ge=0, le=65535)
+    port: Annotated[int, NOT_BOOL, Field(ge=0, le=65535)] = 0
     token: str | None = None
 
     @property
@@ -146,12 +147,12 @@ class ClusterConfig(_Model):
 class DatasetConfig(_Model):
     name: str
     cluster: str
-    size_gb: float = Field(ge=0)
+    size_gb: SizeGb
     allowed_regions: list[str] | None = None
 
 
 class SimConfig(_Model):
-    time_scale: float = Field(1.0, gt=0, le=100)
+    time_scale: Annotated[float, NOT_BOOL, Field(gt=0, le=100, allow_inf_nan=False)] = 1.0
     clusters: list[ClusterConfig] = Field(min_length=1)
     datasets: list[DatasetConfig] = Field(default_factory=list)
     policy: dict[str, Any] | None = None
@@ -182,7 +183,7 @@ def parse_config(data: Any, source: str = "config") -> SimConfig:
     if not isinstance(data, dict):
         raise SimConfigError(f"{source}: expected a mapping with a 'clusters' list")
     try:
-        return SimConfig.model_validate(data)
+        config = SimConfig.model_validate(data)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -190,6 +191,23 @@ def parse_config(data: Any, source: str = "config") -> SimConfig:
             msg = err["msg"].removeprefix("Value error, ")
             lines.append(f"{loc}: {msg}" if loc else msg)
         raise SimConfigError(f"{source}: " + "; ".join(lines)) from None
+    _check_generated_spec(config, source)
+    return config
+
+
+def _check_generated_spec(config: SimConfig, source: str) -> None:
+    """The federation spec the simulator writes must be one the provider reads (an unknown region in a
+    dataset's ``allowed_regions``, a policy the spec refuses): refused now, naming the field, rather than
+    by every task later."""
+    from airflow_provider_fedsched.federation._loading import spec_error
+    from airflow_provider_fedsched.federation.spec import FederationSpec
+
+    try:
+        FederationSpec.model_validate(federation_spec(config))
+    except ValidationError as exc:
+        raise SimConfigError(f"{source}: {spec_error(exc)}") from None
+    except SpecError as exc:
+        raise SimConfigError(f"{source}: {exc}") from None
 
 
 def load_config(path: str | Path) -> SimConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -56,25 +57,85 @@ def set_quota_fault(cluster: Cluster, args: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "quota": f"{namespace}/{name}", "status": quota.get("status", {})}
 
 
+FAULT_ARGS: dict[str, frozenset[str]] = {
+    "latency": frozenset({"seconds"}),
+    "down": frozenset({"seconds"}),
+    "fail": frozenset({"status", "times", "route", "retry_after", "method"}),
+    "node-not-ready": frozenset({"node"}),
+    "node-ready": frozenset({"node"}),
+    "evict": frozenset({"namespace", "name", "resource"}),
+    "api-evict": frozenset({"namespace", "name"}),
+    "priority-pod": frozenset({"name", "namespace", "cpu", "memory", "priority"}),
+}
+"""The arguments each fault takes (``quota`` takes any RESOURCE=QUANTITY; the others none)."""
+MAX_FAULT_SECONDS = 3600.0
+
+
+def _number(kind: str, a: Mapping[str, Any], key: str, default: float, low: float, high: float) -> float:
+    """``a[key]`` as a finite number in ``low..high`` (not a boolean), else a 400 naming it."""
+    value = a.get(key, default)
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ApiError(400, f"fault {kind!r}: {key}={value!r} is not a number") from None
+    if not (low <= number <= high):  # NaN fails both
+        raise ApiError(400, f"fault {kind!r}: {key}={value!r} must be a finite number in {low:g}..{high:g}")
+    return number
+
+
+def _whole(kind: str, a: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
+    number = _number(kind, a, key, default, low, high)
+    if number != int(number):
+        raise ApiError(400, f"fault {kind!r}: {key}={a.get(key)!r} must be a whole number")
+    return int(number)
+
+
+def _check_args(kind: str, a: Mapping[str, Any]) -> None:
+    if kind == "quota" or kind not in FAULT_KINDS:
+        return
+    unknown = sorted(str(k) for k in a if k not in FAULT_ARGS.get(kind, frozenset()))
+    if unknown:
+        takes = ", ".join(sorted(FAULT_ARGS.get(kind, frozenset()))) or "no arguments"
+        raise ApiError(400, f"fault {kind!r}: unknown argument {unknown[0]!r} (it takes {takes})")
+
+
 async def apply_fault(cluster: Cluster, kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
     faults = cluster.faults
+    if not isinstance(args, Mapping):
+        raise ApiError(400, f"fault {kind!r}: args must be a JSON object")
     a = dict(args)
+    _check_args(kind, a)
     try:
         if kind == "latency":
-            faults.latency(float(a.get("seconds", 0)))
+            faults.latency(_number(kind, a, "seconds", 0, 0, MAX_FAULT_SECONDS))
         elif kind == "down":
+            back_after = (
+                _number(kind, a, "seconds", 0, 0, MAX_FAULT_SECONDS) if a.get("seconds") is not None else None
+            )
             await faults.down()
-            if a.get("seconds") is not None:
+            if back_after is not None:
                 loop = asyncio.get_running_loop()
-                loop.call_later(float(a["seconds"]), lambda: asyncio.ensure_future(faults.up()))
+                loop.call_later(back_after, lambda: asyncio.ensure_future(faults.up()))
         elif kind == "up":
             await faults.up()
         elif kind == "fail":
+            route = a.get("route")
+            if route is not None:
+                try:
+                    re.compile(str(route))
+                except re.error as exc:
+                    raise ApiError(
+                        400, f"fault 'fail': route={route!r} is not a regular expression: {exc}"
+                    ) from None
             faults.fail(
-                int(a.get("status", 503)),
-                int(a.get("times", 1)),
-                a.get("route"),
-                int(a["retry_after"]) if a.get("retry_after") is not None else None,
+                _whole(kind, a, "status", 503, 400, 599),
+                _whole(kind, a, "times", 1, 1, 1_000_000),
+                route,
+                _whole(kind, a, "retry_after", 0, 0, int(MAX_FAULT_SECONDS))
+                if a.get("retry_after") is not None
+                else None,
                 a.get("method"),
             )
         elif kind == "drop-watches":

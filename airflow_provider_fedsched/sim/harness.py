@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
+import os
 import tempfile
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import yaml
 from aiohttp import web
@@ -29,6 +31,41 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CONTROL = "__control__"
+LOCK_FILE = "sim.lock"
+"""Held (``flock``) by the simulator serving a state folder, for as long as it runs: the kernel releases it
+when that process ends, however it ends."""
+
+
+class SimStateDirInUse(RuntimeError):
+    """The state folder is not a folder, cannot be created, or another running simulator serves it."""
+
+
+def claim_state_dir(state_dir: Path) -> IO[str]:
+    """Lock ``state_dir`` for this simulator (creating it), before any file in it is written: a second
+    simulator on the same folder would overwrite the kubeconfig and env files of the first."""
+    if state_dir.exists() and not state_dir.is_dir():
+        raise SimStateDirInUse(f"{state_dir}: not a directory")
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(state_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until stop()
+    except OSError as exc:
+        problem = exc.strerror or exc
+        raise SimStateDirInUse(f"{state_dir}: cannot use it as a state folder: {problem}") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read(32).strip()
+        handle.close()
+        raise SimStateDirInUse(
+            f"{state_dir}: already served by a running simulator{f' (pid {holder})' if holder else ''}; "
+            "stop it first or choose another state folder"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
 
 
 def write_federation_files(
@@ -72,6 +109,7 @@ class SimFederation:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._control: web.AppRunner | None = None
+        self._lock: IO[str] | None = None
         self.control_url = ""
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -83,6 +121,19 @@ class SimFederation:
         self.stop()
 
     def start(self) -> SimFederation:
+        self._lock = claim_state_dir(self.state_dir)
+        try:
+            return self._start()
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the lock
+            self._lock = None
+
+    def _start(self) -> SimFederation:
         ready = threading.Event()
         failure: list[BaseException] = []
         self.loop = asyncio.new_event_loop()
@@ -168,6 +219,7 @@ class SimFederation:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=30)
         self._thread = None
+        self._release()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -260,6 +312,7 @@ __all__ = [
     "ClusterHandle",
     "SimFederation",
     "SimPortInUse",
+    "SimStateDirInUse",
     "SimTimeout",
     "conn_id",
     "wait_for",

@@ -9,29 +9,21 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_fedsched.state.base import Store, mapping
-from airflow_provider_fedsched.validation.stored import read_stored
-
-
-def _orphan(raw: Any) -> tuple[str, str]:
-    document = mapping(raw)
-    namespace, pod = document.get("namespace"), document.get("pod")
-    if not isinstance(namespace, str) or not isinstance(pod, str) or not namespace or not pod:
-        raise ValueError("expected {'namespace': str, 'pod': str}")
-    return namespace, pod
-
+from airflow_provider_fedsched.state.base import Store
+from airflow_provider_fedsched.validation.stored import (
+    StoredDeferred,
+    StoredOrphan,
+    StoredSwept,
+    parse_model,
+    read_stored,
+)
 
 ORPHAN_KINDS = ("pod", "job")
 """What an orphan can be: a pod, or a batch/v1 Job (deleted with its pods)."""
 
-
-def _orphan_of_kind(raw: Any) -> tuple[str, str, str]:
-    """``(kind, namespace, name)``; an entry without ``kind`` (written before Jobs were) is a pod."""
-    namespace, name = _orphan(raw)
-    kind = raw.get("kind", "pod")
-    if kind not in ORPHAN_KINDS:
-        raise ValueError(f"expected 'kind' one of {list(ORPHAN_KINDS)}, got {kind!r}")
-    return str(kind), namespace, name
+_orphan = parse_model(StoredOrphan)
+_deferred = parse_model(StoredDeferred)
+_swept = parse_model(StoredSwept)
 
 
 class OrphanStore(Store):
@@ -55,11 +47,11 @@ class OrphanStore(Store):
     def by_kind(self, cluster: str) -> dict[str, list[tuple[str, str]]]:
         """Every orphan of ``cluster`` (one read), as ``(namespace, name)`` per kind."""
         found = self.backend.get_many(self._key("orphan", cluster) + "/")
-        entries = [read_stored(key, raw or None, _orphan_of_kind) for key, raw in found.items()]
+        entries = [read_stored(key, raw or None, _orphan) for key, raw in found.items()]
         kinds: dict[str, list[tuple[str, str]]] = {kind: [] for kind in ORPHAN_KINDS}
         for entry in entries:
             if entry is not None:
-                kinds[entry[0]].append((entry[1], entry[2]))
+                kinds[entry.kind].append((entry.namespace, entry.pod))
         return kinds
 
     def forget(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
@@ -82,17 +74,10 @@ class OrphanStore(Store):
 
     def was_swept_succeeded(self, cluster: str, namespace: str, pod: str) -> bool:
         key = self._swept_key(cluster, namespace, pod)
-        return read_stored(key, self.backend.get(key) or None, _swept_phase) == "Succeeded"
+        return read_stored(key, self.backend.get(key) or None, _swept) is not None
 
     def forget_swept(self, cluster: str, namespace: str, pod: str) -> None:
         self.backend.delete(self._swept_key(cluster, namespace, pod))
-
-
-def _swept_phase(raw: Any) -> str:
-    phase = mapping(raw).get("phase")
-    if phase != "Succeeded":
-        raise ValueError(f"expected 'phase' Succeeded, got {phase!r}")
-    return str(phase)
 
 
 class DeferredStore(Store):
@@ -115,11 +100,12 @@ class DeferredStore(Store):
         """Every entry of ``cluster``, each with its ``kind`` (``"pod"`` when it was written without)."""
         found = self.backend.get_many(self._key("deferred", cluster) + "/")
         entries = [read_stored(key, raw or None, _deferred) for key, raw in found.items()]
-        return [entry for entry in entries if entry is not None]
+        return [entry.model_dump() for entry in entries if entry is not None]
 
     def get(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> dict[str, Any] | None:
         key = self._deferred_key(cluster, namespace, pod, kind)
-        return read_stored(key, self.backend.get(key) or None, _deferred)
+        entry = read_stored(key, self.backend.get(key) or None, _deferred)
+        return None if entry is None else entry.model_dump()
 
     def ended(self, cluster: str, namespace: str, pod: str, phase: str) -> None:
         """The pod trigger saw the pod end: known to the operator even if that trigger never fires (a
@@ -130,14 +116,3 @@ class DeferredStore(Store):
 
     def forget(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
         self.backend.delete(self._deferred_key(cluster, namespace, pod, kind))
-
-
-def _deferred(raw: Any) -> dict[str, Any]:
-    document = dict(mapping(raw))
-    document["kind"] = _orphan_of_kind(document)[0]
-    for key in ("dag_id", "run_id", "task_id"):
-        if not isinstance(document.get(key), str) or not document[key]:
-            raise ValueError(f"expected a non-empty string {key!r}")
-    if not isinstance(document.get("map_index"), int) or not isinstance(document.get("since"), int | float):
-        raise ValueError("expected an integer 'map_index' and a number 'since'")
-    return document

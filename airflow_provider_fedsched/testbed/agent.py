@@ -293,7 +293,14 @@ class PodAgent:
                     try:
                         self._annotate(namespace, name, uid, SIDECAR_KILLED)
                     except client.ApiException as exc:
-                        log.warning("test bed agent: sidecar of %s/%s: %s", namespace, name, exc)
+                        if exc.status != 404:  # gone already: its task deleted it once XCom was read
+                            log.warning(
+                                "test bed agent: sidecar of %s/%s: %s %s",
+                                namespace,
+                                name,
+                                exc.status,
+                                exc.reason,
+                            )
 
 
 def _key(pod: dict[str, Any]) -> tuple[str, str]:

@@ -65,6 +65,9 @@ class TestbedCluster:
         self.ca: Authority | None = None
         self.node_port = self.kwok_port = 0
         self.kwok_serving: Pair | None = None
+        # Every port this member listens on, by what listens there: `fedsched testbed down` checks them.
+        self.ports: dict[str, int] = {}
+        self.version = ""  # what its API server answers on /version
 
     # -- files -------------------------------------------------------------------------------------
     @property
@@ -99,6 +102,15 @@ class TestbedCluster:
         # The port the nodes report for their kubelet: the pod agent's node endpoint, in front of kwok.
         self.node_port = free_port()
         self.kwok_serving = kwok_serving
+        self.ports = {
+            "kube-apiserver": self.port,
+            "etcd": etcd_port,
+            "etcd-peer": etcd_peer,
+            "kwok": self.kwok_port,
+            "node-endpoint": self.node_port,
+            "kube-controller-manager": free_port(),
+            "kube-scheduler": free_port(),
+        }
         tokens = self._write("tokens.csv", f"{self.token},{ADMIN_USER},{ADMIN_USER},system:masters\n")
         audit_policy = self._write("audit-policy.yaml", self._audit_policy())
 
@@ -179,7 +191,7 @@ class TestbedCluster:
                 f"--authentication-kubeconfig={kcm_config}",
                 f"--authorization-kubeconfig={kcm_config}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
+                f"--secure-port={self.ports['kube-controller-manager']}",
                 "--leader-elect=false",
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={ca.cert_path}",
@@ -198,7 +210,7 @@ class TestbedCluster:
                 f"--authentication-kubeconfig={sched_config}",
                 f"--authorization-kubeconfig={sched_config}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
+                f"--secure-port={self.ports['kube-scheduler']}",
                 "--leader-elect=false",
                 "--v=1",
             ],
@@ -234,6 +246,7 @@ class TestbedCluster:
             for _ in range(pool.count):
                 self.add_node(pool)
         wait_until(lambda: self._nodes_ready(core), f"{self.name} nodes Ready", 120, self._procs())
+        self.version = str(client.VersionApi(api).get_code().git_version)
         self.startup_seconds["ready"] = time.monotonic() - began
         return self
 
@@ -264,6 +277,23 @@ class TestbedCluster:
         proc = self.processes["kube-apiserver"]
         if not proc.alive():
             self._spawn(proc.name, proc.argv)
+        self._wait_apiserver_ready()
+
+    def kill_etcd(self) -> None:
+        """etcd crashes (SIGKILL): the API server stays up with no storage behind it."""
+        self.processes["etcd"].kill()
+
+    def start_etcd(self) -> None:
+        """The same etcd again, on the same ports, over the same data; back once the API server's /readyz
+        (which checks its etcd) is ok, unless the API server is itself down or paused."""
+        proc = self.processes["etcd"]
+        if not proc.alive():
+            self._spawn(proc.name, proc.argv)
+        apiserver = self.processes["kube-apiserver"]
+        if apiserver.alive() and not apiserver.paused():
+            self._wait_apiserver_ready()
+
+    def _wait_apiserver_ready(self) -> None:
         api = self.admin()
         wait_until(lambda: self._readyz(api), f"{self.name} kube-apiserver /readyz", 120, self._procs())
 
@@ -303,14 +333,14 @@ class TestbedCluster:
 
     # -- objects ------------------------------------------------------------------------------------
     def _audit_policy(self) -> dict[str, Any]:
-        """One line per finished request of the admin and the provider: what request_count reads."""
+        """One line per finished request of the admin and the provider: what request_count reads, and
+        the provider's denied requests (its Leases too: a ledger the manifests forbid must show)."""
         return {
             "apiVersion": "audit.k8s.io/v1",
             "kind": "Policy",
             "omitStages": ["RequestReceived", "ResponseStarted"],
             "rules": [
                 {"level": "None", "users": _QUIET_USERS},
-                {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
                 {"level": "None", "nonResourceURLs": ["/readyz", "/healthz", "/livez"]},
                 {"level": "Metadata"},
             ],

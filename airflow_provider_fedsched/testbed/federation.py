@@ -1,13 +1,18 @@
 """``TestbedFederation``: N real member clusters from a simulator config, with the simulator's files.
 
 It writes what ``SimFederation`` writes (``kubeconfig``, ``federation.yaml``, ``airflow.env``) plus
-``testbed.json``; its handles answer the simulator handles' calls that a real cluster can answer, so the
-operator and hook scenarios run unchanged against either.
+``testbed.json`` (what ``fedsched testbed status`` and ``down`` read: every process id, port and URL) and
+holds ``testbed.lock`` while it runs (one test bed per state dir); its handles answer the simulator
+handles' calls that a real cluster can answer, so the operator and hook scenarios run unchanged against
+either.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -22,6 +27,59 @@ from airflow_provider_fedsched.testbed import binaries
 from airflow_provider_fedsched.testbed.agent import PodAgent
 from airflow_provider_fedsched.testbed.cluster import TestbedCluster
 from airflow_provider_fedsched.testbed.handles import TestbedClusterHandle
+from airflow_provider_fedsched.testbed.processes import process_state
+
+STATE_FILE = "testbed.json"
+LOCK_FILE = "testbed.lock"
+
+
+class StateDirInUse(RuntimeError):
+    """Another test bed holds the state dir: starting here would wipe its etcd data and certificates."""
+
+
+def owner(state_dir: Path) -> dict[str, Any] | None:
+    """The process that holds ``state_dir`` (``pid``, ``create_time``) if it still runs, else ``None``."""
+    try:
+        found = json.loads((state_dir / LOCK_FILE).read_text() or "null")
+        pid, created = int(found["pid"]), float(found["create_time"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return found if process_state(pid, created) != "dead" else None
+
+
+def read_state(state_dir: Path) -> dict[str, Any] | None:
+    """``testbed.json`` as the running (or last) test bed wrote it, or ``None`` when there is none."""
+    try:
+        found = json.loads((state_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) and isinstance(found.get("clusters"), dict) else None
+
+
+def _lock(state_dir: Path) -> int:
+    """Hold ``state_dir`` for this process (released when it ends, however it ends)."""
+    import psutil
+
+    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = owner(state_dir)
+        raise StateDirInUse(
+            f"a test bed already serves {state_dir}" + (f" (pid {holder['pid']})" if holder else "")
+        ) from None
+    me = {"pid": os.getpid(), "create_time": psutil.Process().create_time()}
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps(me).encode())
+    return fd
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Readers (``fedsched testbed status``) see the old file or the new one, never half of one."""
+    part = path.with_name(f".{path.name}.part")
+    part.write_text(text)
+    part.replace(path)
 
 
 class TestbedFederation:
@@ -50,6 +108,7 @@ class TestbedFederation:
         self.agents: dict[str, PodAgent] = {}
         self.handles: dict[str, TestbedClusterHandle] = {}
         self.startup_seconds = 0.0
+        self._lock_fd: int | None = None
 
     def __enter__(self) -> TestbedFederation:
         return self.start()
@@ -61,8 +120,10 @@ class TestbedFederation:
         binaries.check()
         began = time.monotonic()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock(self.state_dir)
         # The exec user (nobody) must reach each pod's directory under pods/: search, not read, for others.
         self.state_dir.chmod(0o711)
+        (self.state_dir / STATE_FILE).unlink(missing_ok=True)  # a previous run's processes and ports
         for cfg in self.config.clusters:
             root = self.state_dir / "clusters" / cfg.name
             if root.exists():
@@ -97,6 +158,11 @@ class TestbedFederation:
         for cluster in self.clusters.values():
             cluster.stop()
         shutil.rmtree(self.state_dir / "pods", ignore_errors=True)
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._lock_fd, 0)
+            os.close(self._lock_fd)
+            self._lock_fd = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -179,24 +245,29 @@ class TestbedFederation:
 
     def write_files(self) -> None:
         write_federation_files(self.state_dir, self.kubeconfig(), self.federation_spec(), self.airflow_env())
-        (self.state_dir / "testbed.json").write_text(
-            json.dumps(
-                {
-                    "kubernetes": binaries.KUBERNETES_VERSION,
-                    "time_scale": self.config.time_scale,
-                    "clusters": {
-                        n: {
-                            "url": c.url,
-                            "conn_id": conn_id(n),
-                            "pids": {p: proc.pid for p, proc in c.processes.items()},
-                            "logs": str(c.root / "logs"),
-                        }
-                        for n, c in self.clusters.items()
+        self.write_state()
+
+    def write_state(self) -> None:
+        """``testbed.json``: again whenever a process is started anew (a restarted etcd has a new id)."""
+        state = {
+            "kubernetes": binaries.KUBERNETES_VERSION,
+            "time_scale": self.config.time_scale,
+            "clusters": {
+                n: {
+                    "url": c.url,
+                    "conn_id": conn_id(n),
+                    "kubernetes": c.version,
+                    "processes": {
+                        p: {"pid": proc.pid, "create_time": proc.create_time}
+                        for p, proc in c.processes.items()
                     },
-                },
-                indent=2,
-            )
-        )
+                    "ports": c.ports,
+                    "logs": str(c.root / "logs"),
+                }
+                for n, c in self.clusters.items()
+            },
+        }
+        _write_atomically(self.state_dir / STATE_FILE, json.dumps(state, indent=2))
 
 
 def _b64(data: bytes) -> str:

@@ -9,6 +9,7 @@ server's audit log.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,7 +17,12 @@ from urllib.parse import urlsplit
 from kubernetes import client
 
 from airflow_provider_fedsched.sim.handles import MemberHandle, wait_for
-from airflow_provider_fedsched.testbed.cluster import TestbedCluster, api_dict
+from airflow_provider_fedsched.testbed.cluster import (
+    PROVIDER_ACCOUNT,
+    PROVIDER_NAMESPACE,
+    TestbedCluster,
+    api_dict,
+)
 from airflow_provider_fedsched.testbed.stages import EVICT, MANAGED_LABEL
 
 _VERBS = {
@@ -41,8 +47,37 @@ class TestbedFaults:
     def down(self) -> None:
         self._cluster.stop_apiserver()
 
-    def up(self) -> None:
+    def up(self, timeout: float = 120.0) -> None:
+        """The API server again; returns once the cluster schedules pods again, as the simulator's does at
+        once: after an API server restart kube-scheduler's watches come back only after their backoff
+        (seconds), and a pod created meanwhile stays Pending."""
         self._cluster.start_apiserver()
+        self._probe_scheduling(timeout)
+
+    def _probe_scheduling(self, timeout: float) -> None:
+        core = self._handle.core
+        name = f"fedsched-probe-{uuid.uuid4().hex[:8]}"
+        core.create_namespaced_pod(
+            "kube-system",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "containers": [
+                        {"name": "probe", "image": "probe", "resources": {"requests": {"cpu": "1m"}}}
+                    ],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            },
+        )
+        try:
+
+            def bound() -> bool:
+                pod = self._handle.pod("kube-system", name) or {}
+                return bool((pod.get("spec") or {}).get("nodeName"))
+
+            wait_for(bound, timeout, interval=0.2, message=f"{self._cluster.name} scheduling pods again")
+        finally:
+            core.delete_namespaced_pod(name, "kube-system", grace_period_seconds=0)
 
     def node_not_ready(self, node: str, timeout: float = 60.0) -> None:
         """kwok stops playing this node's kubelet (no lease renewals, no pod updates); returns once the
@@ -64,11 +99,15 @@ class TestbedFaults:
         self._handle.core.patch_node(node, {"metadata": {"labels": {MANAGED_LABEL: "true"}}})
 
         def ready() -> bool:
+            # Ready and untainted again, as the simulator's node is at once: the node lifecycle controller
+            # lifts the not-ready taints a few seconds after the condition.
             found = self._handle.node(node) or {}
             conditions = found.get("status", {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not any(
+                t["key"].startswith("node.kubernetes.io/") for t in found.get("spec", {}).get("taints") or []
+            )
 
-        wait_for(ready, timeout, interval=0.2, message=f"node {node} ready")
+        wait_for(ready, timeout, interval=0.2, message=f"node {node} ready and untainted")
 
     def evict_pod(self, namespace: str, name: str, resource: str = "memory") -> None:
         self._handle.core.patch_namespaced_pod(
@@ -139,6 +178,11 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
             self.core.list_namespaced_pod(namespace) if namespace else self.core.list_pod_for_all_namespaces()
         )
         return [self._plain(p) for p in listed.items]
+
+    def jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        batch = client.BatchV1Api(self.api)
+        listed = batch.list_namespaced_job(namespace) if namespace else batch.list_job_for_all_namespaces()
+        return [self._plain(j) for j in listed.items]
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -231,11 +275,12 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
         return str(response.data.decode("utf-8", errors="replace")).splitlines()
 
     # -- request counts, from the audit log ------------------------------------------------------------
-    def _audit_events(self) -> list[dict[str, Any]]:
+    def _audit_events(self, since: int | None = None) -> list[dict[str, Any]]:
+        """The audit log's events from byte ``since`` (default: since the last reset of the counts)."""
         path = self.cluster.root / "logs" / "audit.log"
         try:
             with path.open("rb") as fh:
-                fh.seek(self._audit_offset)
+                fh.seek(self._audit_offset if since is None else since)
                 data = fh.read()
         except OSError:
             return []
@@ -247,6 +292,8 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
         for event in self._audit_events():
             if event.get("stage") not in ("ResponseComplete", "Panic"):
                 continue
+            if event.get("objectRef", {}).get("resource") == "leases":
+                continue  # the placement ledger's bookkeeping, which the simulator does not count either
             key = (
                 _VERBS.get(event.get("verb", ""), event.get("verb", "").upper()),
                 urlsplit(event.get("requestURI", "")).path,
@@ -265,6 +312,34 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
             total += count
         return total
 
-    def reset_request_counts(self) -> None:
+    def audit_size(self) -> int:
+        """Where the audit log ends now: :meth:`provider_denials` reads from such a point."""
         path = self.cluster.root / "logs" / "audit.log"
-        self._audit_offset = path.stat().st_size if path.exists() else 0
+        return path.stat().st_size if path.exists() else 0
+
+    def provider_denials(self, since: int = 0) -> list[dict[str, str]]:
+        """The provider identity's requests the API server refused (403) since byte ``since`` of the
+        audit log: ``verb``, ``uri``, and what was asked (``group``, ``resource`` with its subresource,
+        ``namespace``; empty when cluster-wide)."""
+        user = f"system:serviceaccount:{PROVIDER_NAMESPACE}:{PROVIDER_ACCOUNT}"
+        denied = []
+        for event in self._audit_events(since):
+            if event.get("stage") != "ResponseComplete" or event.get("user", {}).get("username") != user:
+                continue
+            if event.get("responseStatus", {}).get("code") != 403:
+                continue
+            ref = event.get("objectRef") or {}
+            resource = ref.get("resource", "")
+            denied.append(
+                {
+                    "verb": event.get("verb", ""),
+                    "uri": event.get("requestURI", ""),
+                    "group": ref.get("apiGroup", ""),
+                    "resource": f"{resource}/{ref['subresource']}" if ref.get("subresource") else resource,
+                    "namespace": ref.get("namespace", ""),
+                }
+            )
+        return denied
+
+    def reset_request_counts(self) -> None:
+        self._audit_offset = self.audit_size()

@@ -35,6 +35,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:``port``: a server could bind it now (as servers do, with
+    SO_REUSEADDR, so that the closed connections' TIME_WAIT does not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def process_state(pid: int, create_time: float) -> str:
+    """``running``, ``paused`` (SIGSTOP) or ``dead`` for the process that had this id and start time (an
+    id the kernel gave to another process since is ``dead``: the start times differ)."""
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - create_time) > 0.05:
+            return "dead"
+        status = proc.status()
+    except psutil.Error:
+        return "dead"
+    if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+        return "dead"
+    return "paused" if status == psutil.STATUS_STOPPED else "running"
+
+
 class Process:
     """One component: started with its log file, stopped with SIGTERM then SIGKILL."""
 
@@ -50,6 +77,11 @@ class Process:
             preexec_fn=_die_with_parent,
             close_fds=True,
         ).result()
+        # With the id, what tells this process from a later one given the same id (see process_state).
+        try:
+            self.create_time = psutil.Process(self.pid).create_time()
+        except psutil.Error:  # already gone: alive() says so
+            self.create_time = 0.0
 
     @property
     def pid(self) -> int:
@@ -75,6 +107,17 @@ class Process:
 
     def resume(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
+
+    def paused(self) -> bool:
+        return self.alive() and process_state(self.pid, self.create_time) == "paused"
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no shutdown of its own."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.kill()
+            self.popen.wait()
+        self._out.close()
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.alive():

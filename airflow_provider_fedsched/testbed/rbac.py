@@ -56,3 +56,73 @@ def provider_token(
 
     wait(f"token of {secret[0]}/{secret[1]}", filled)
     return found[-1]
+
+
+# -- revoking the provider's access (`fedsched testbed fault MEMBER revoke-rbac`) ----------------------
+PROVIDER_USER = "system:serviceaccount:fedsched-system:fedsched-provider"
+_PROVIDER_GROUPS = [
+    "system:serviceaccounts",
+    "system:serviceaccounts:fedsched-system",
+    "system:authenticated",
+]
+
+
+def _named(path: Path, kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in manifest(path) if doc["kind"] == kind]
+
+
+def revoke_bindings(api: client.ApiClient) -> list[str]:
+    """Delete the manifests' bindings (the ClusterRoleBinding, and the RoleBinding in every namespace):
+    the identity, its token and its roles stay, as when an administrator unbinds it. Returns what went."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    removed = []
+    for doc in _named(CLUSTER_MANIFEST, "ClusterRoleBinding"):
+        name = doc["metadata"]["name"]
+        try:
+            rbac.delete_cluster_role_binding(name)
+            removed.append(f"clusterrolebinding/{name}")
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+    for doc in _named(NAMESPACED_MANIFEST, "RoleBinding"):
+        name = doc["metadata"]["name"]
+        for binding in rbac.list_role_binding_for_all_namespaces(
+            field_selector=f"metadata.name={name}"
+        ).items:
+            namespace = binding.metadata.namespace
+            try:
+                rbac.delete_namespaced_role_binding(name, namespace)
+                removed.append(f"{namespace}/rolebinding/{name}")
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+    return removed
+
+
+def restore_bindings(api: client.ApiClient) -> list[str]:
+    """The manifests' bindings again: cluster-wide, and in every namespace that holds the provider's Role
+    (deploy/rbac.yaml was applied there). Returns the namespaces."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    _apply(api, _named(CLUSTER_MANIFEST, "ClusterRoleBinding"), None)
+    namespaces = []
+    for role in _named(NAMESPACED_MANIFEST, "Role"):
+        listed = rbac.list_role_for_all_namespaces(field_selector=f"metadata.name={role['metadata']['name']}")
+        namespaces += [r.metadata.namespace for r in listed.items]
+    for namespace in sorted(set(namespaces)):
+        apply_namespaced(api, namespace, _named(NAMESPACED_MANIFEST, "RoleBinding"))
+    return sorted(set(namespaces))
+
+
+def provider_may(api: client.ApiClient, verb: str, resource: str, namespace: str | None = None) -> bool:
+    """What the API server's authorizer answers for the provider's identity now (a SubjectAccessReview)."""
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=PROVIDER_USER,
+            groups=_PROVIDER_GROUPS,
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb, resource=resource, namespace=namespace
+            ),
+        )
+    )
+    answer = client.AuthorizationV1Api(api).create_subject_access_review(review)
+    return bool(answer.status.allowed)

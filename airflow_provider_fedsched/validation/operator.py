@@ -9,6 +9,7 @@ spec afterwards by ``FederationSpec.check_references``; policy values by ``Polic
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,10 +25,35 @@ from airflow_provider_fedsched.federation.limits import (
 )
 from airflow_provider_fedsched.federation.spec import SpecError
 
-__all__ = ["MAX_CLUSTER_ATTEMPTS", "OperatorArguments", "check_names", "check_operator_arguments"]
+__all__ = [
+    "MAX_ANNOTATIONS_BYTES",
+    "MAX_CLUSTER_ATTEMPTS",
+    "MAX_GANG_PODS",
+    "MAX_JOB_POLL_INTERVAL",
+    "OperatorArguments",
+    "check_annotations",
+    "check_job_arguments",
+    "check_names",
+    "check_operator_arguments",
+]
 
 MAX_CLUSTER_ATTEMPTS = 100
 MAX_NAME = 253
+MAX_ANNOTATIONS_BYTES = 256 * 1024 - 16 * 1024
+"""Kubernetes refuses an object whose annotations (keys and values) total more than 256 KiB; the provider
+adds its own to the pod (the decision, up to 1 KB, and its ids): 16 KiB are kept for them."""
+MAX_INT32 = 2**31 - 1
+"""The Job API's integer fields (``backoffLimit``, ``ttlSecondsAfterFinished``) are 32-bit."""
+MAX_GANG_PODS = 100_000
+"""``parallelism`` and ``completions`` of a federated Job: the Job API's own bound for indexed Jobs."""
+MAX_JOB_POLL_INTERVAL = 3600.0
+COMPLETION_MODES = ("NonIndexed", "Indexed")
+_QUALIFIED_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+"""A Kubernetes qualified name (an annotation's or label's key): an optional DNS-subdomain prefix and
+``/``, then at most 63 letters, digits, ``-``, ``_`` and ``.``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +176,67 @@ def check_operator_arguments(
         wait_timeout_seconds=check_seconds(wait_timeout, "wait_timeout", maximum=MAX_SECONDS),
         cluster_selector=selector,
     )
+
+
+def check_annotations(value: Any, argument: str = "annotations") -> None:
+    """Annotations as Kubernetes accepts them: a mapping of qualified names to strings, at most
+    :data:`MAX_ANNOTATIONS_BYTES` in all (a 50 MB annotation is refused here, not by the API server after
+    the placement)."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise SpecError(
+            f"{argument}: expected a mapping of names to strings, "
+            f"got {type(value).__name__} {describe(value)}"
+        )
+    total = 0
+    for key, item in value.items():
+        if not isinstance(key, str) or len(key) > MAX_NAME + 64 or not _QUALIFIED_NAME.match(key):
+            raise SpecError(
+                f"{argument}: {describe(key)} is not a Kubernetes annotation name (an optional DNS-subdomain "
+                "prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
+            )
+        if not isinstance(item, str):
+            raise SpecError(
+                f"{argument}.{key}: expected a string, got {type(item).__name__} {describe(item)}"
+            )
+        total += len(key.encode()) + len(item.encode())
+        if total > MAX_ANNOTATIONS_BYTES:
+            raise SpecError(
+                f"{argument}: more than {MAX_ANNOTATIONS_BYTES:,} bytes of keys and values (at {key}); "
+                "Kubernetes accepts 256 KiB in all, and the provider adds its own"
+            )
+
+
+def check_job_arguments(
+    *,
+    job_poll_interval: Any,
+    backoff_limit: Any,
+    ttl_seconds_after_finished: Any,
+    parallelism: Any,
+    completions: Any,
+    completion_mode: Any,
+) -> None:
+    """The Job operator's own arguments; raises :class:`SpecError` naming the first bad one. Checked before
+    the placement: the API server would refuse them only once the Job is created (or the poll loop would
+    fail after it was)."""
+    poll = check_seconds(job_poll_interval, "job_poll_interval", maximum=MAX_JOB_POLL_INTERVAL)
+    if poll <= 0:
+        raise SpecError(
+            f"job_poll_interval: {describe(job_poll_interval)} must be above 0 seconds (the Job is read "
+            "once per interval)"
+        )
+    for name, value in (
+        ("backoff_limit", backoff_limit),
+        ("ttl_seconds_after_finished", ttl_seconds_after_finished),
+    ):
+        if value is not None:
+            check_int(value, name, minimum=0, maximum=MAX_INT32)
+    for name, value in (("parallelism", parallelism), ("completions", completions)):
+        if value is not None:
+            check_int(value, name, minimum=1, maximum=MAX_GANG_PODS)
+    if completion_mode is not None and completion_mode not in COMPLETION_MODES:
+        raise SpecError(
+            f"completion_mode: expected one of {', '.join(COMPLETION_MODES)} or None, "
+            f"got {describe(completion_mode)}"
+        )

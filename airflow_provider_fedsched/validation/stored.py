@@ -17,22 +17,45 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from airflow_provider_fedsched.federation._loading import spec_error
-from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, check_time, describe
-from airflow_provider_fedsched.federation.resources import ResourceList
+from airflow_provider_fedsched.federation.limits import (
+    MAX_CLUSTERS,
+    MAX_QUANTITY,
+    NOT_BOOL,
+    check_time,
+    describe,
+)
 from airflow_provider_fedsched.federation.spec import SpecError
 
 __all__ = [
+    "MAX_STORED_AMOUNT",
     "MAX_STORED_BYTES",
     "MAX_STORED_DEPTH",
+    "StoredCharge",
     "StoredCooldown",
+    "StoredDeferred",
+    "StoredLease",
+    "StoredOrphan",
     "StoredReservation",
+    "StoredSample",
+    "StoredSwept",
+    "StoredWaiting",
     "check_depth",
     "loads_bounded",
+    "parse_as",
     "parse_model",
     "parse_snapshot",
     "read_stored",
@@ -113,9 +136,13 @@ class _Stored(BaseModel):
 
 
 def _bounded_time(value: Any, field: str) -> datetime:
-    if isinstance(value, datetime):
-        return check_time(value, field).astimezone(UTC)
-    return stored_time(value, field)
+    """For a model's field validator: pydantic names the field, so the message does not again."""
+    try:
+        if isinstance(value, datetime):
+            return check_time(value, field).astimezone(UTC)
+        return stored_time(value, field)
+    except SpecError as exc:
+        raise ValueError(str(exc).removeprefix(f"{field}: ")) from None
 
 
 class StoredCooldown(_Stored):
@@ -130,13 +157,23 @@ class StoredCooldown(_Stored):
         return _bounded_time(value, "until")
 
 
+Amount = Annotated[int, Strict(), Field(ge=0, le=MAX_QUANTITY)]
+"""A stored resource amount (scheduler units): an integer in Kubernetes' range; a boolean, a float or a
+string is malformed (``True`` is not one millicore)."""
+MAX_STORED_AMOUNT = 1e18
+"""A stored charge's cost or egress GB: a bound no real attempt reaches that keeps any sum of stored charges
+a finite float (two charges of 1e308 would add up to infinity)."""
+Charged = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_STORED_AMOUNT, allow_inf_nan=False)]
+Text = Annotated[str, Field(max_length=253)]
+
+
 class StoredReservation(_Stored):
     """``fedsched/<federation>/reservation/<cluster>/<id>``: requests held for a pod not yet observed."""
 
-    requests: dict[str, int]
+    requests: dict[str, Amount]
     at: datetime
-    placement_id: str = Field("", max_length=253)
-    tenant: str | None = Field(None, max_length=253)
+    placement_id: Text = ""
+    tenant: Text | None = None
     """The tenant the reservation counts against meanwhile (tenant quota), when the task has one."""
 
     @field_validator("at", mode="before")
@@ -144,26 +181,129 @@ class StoredReservation(_Stored):
     def _at(cls, value: Any) -> datetime:
         return _bounded_time(value, "at")
 
-    @field_validator("requests")
+
+class StoredLease(_Stored):
+    """``fedsched/<federation>/lease/<cluster>``: the worker refreshing the snapshot, and until when."""
+
+    owner: Annotated[str, Field(min_length=1, max_length=253)]
+    until: datetime
+
+    @field_validator("until", mode="before")
     @classmethod
-    def _amounts(cls, value: ResourceList) -> ResourceList:
-        for name, amount in value.items():
-            if not 0 <= amount <= MAX_QUANTITY:
-                raise ValueError(f"{name}: {amount} is not an amount in 0..2^63-1")
-        return value
+    def _until(cls, value: Any) -> datetime:
+        return _bounded_time(value, "until")
+
+
+class StoredWaiting(_Stored):
+    """``fedsched/<federation>/waiting/<placement id>``: a tenant's task waiting for a cluster (fair
+    share)."""
+
+    placement_id: Annotated[str, Field(min_length=1, max_length=253)]
+    tenant: Annotated[str, Field(min_length=1, max_length=253)]
+    resources: dict[str, Amount]
+    clusters: Annotated[list[Text], Field(max_length=MAX_CLUSTERS)] = Field(default_factory=list)
+    since: datetime
+    seen_at: datetime
+
+    @field_validator("since", "seen_at", mode="before")
+    @classmethod
+    def _times(cls, value: Any, info: ValidationInfo) -> datetime:
+        return _bounded_time(value, str(info.field_name))
+
+
+class StoredCharge(_Stored):
+    """``fedsched/<federation>/spend/<placement id>``: what one cluster attempt cost (budgets, cost report).
+
+    A negative, non-finite or huge cost is malformed: skipped, never subtracted from a tenant's spend."""
+
+    at: datetime
+    tenant: Text | None = None
+    cost: Charged = 0.0
+    egress_gb: Charged = 0.0
+    dag_id: Text | None = None
+    task_id: Text | None = None
+    run_id: Text | None = None
+    cluster: Text | None = None
+    outcome: Text | None = None
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, value: Any) -> datetime:
+        return _bounded_time(value, "at")
+
+
+OrphanKind = Literal["pod", "job"]
+
+
+class StoredOrphan(_Stored):
+    """``fedsched/<federation>/orphan/<cluster>/[job:]<namespace>.<name>``: a pod or Job not confirmed
+    deleted; an entry without ``kind`` (written before Jobs were) is a pod."""
+
+    namespace: Annotated[str, Field(min_length=1, max_length=253)]
+    pod: Annotated[str, Field(min_length=1, max_length=253)]
+    kind: OrphanKind = "pod"
+
+
+class StoredDeferred(StoredOrphan):
+    """``fedsched/<federation>/deferred/<cluster>/...``: the pod or Job of a deferred try, with its task
+    instance, so that the sweep deletes it when the try ended with no trigger watching."""
+
+    dag_id: Annotated[str, Field(min_length=1, max_length=253)]
+    run_id: Annotated[str, Field(min_length=1, max_length=253)]
+    task_id: Annotated[str, Field(min_length=1, max_length=253)]
+    map_index: Annotated[int, Strict(), Field(ge=-1, le=2**31 - 1)]
+    since: Annotated[float, NOT_BOOL, Field(ge=0, allow_inf_nan=False)]
+    ended: Text | None = None
+    """The phase a pod trigger saw the pod end in, when it did."""
+
+
+class StoredSwept(_Stored):
+    """``fedsched/<federation>/swept/<cluster>/<namespace>.<pod>``: an orphan pod the sweep found
+    Succeeded."""
+
+    phase: Literal["Succeeded"]
+
+
+class StoredSample(_Stored):
+    """``fedsched/<federation>/history-<kind>/<cluster>/<sequence>``: one history sample. Its time is checked
+    here; the other fields differ by kind and their readers check what they use."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    at: datetime
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, value: Any) -> datetime:
+        return _bounded_time(value, "at")
 
 
 def parse_model(model: type[M]) -> Callable[[Any], M]:
     """A parser for :func:`read_stored`: JSON text or a decoded document, validated by ``model``."""
 
     def parse(raw: Any) -> M:
-        document = loads_bounded(raw) if isinstance(raw, str | bytes) else raw
-        check_depth(document, MAX_STORED_DEPTH)
-        if not isinstance(document, Mapping):
-            raise SpecError(f"expected a JSON object, got {type(document).__name__}")
-        return model.model_validate(document)
+        return model.model_validate(_document(raw))
 
     return parse
+
+
+def parse_as(kind: Any) -> Callable[[Any], Any]:
+    """A parser for :func:`read_stored` of a JSON object that is not a model (``dict[str, dict[str, int]]``),
+    validated as ``kind``."""
+    adapter: TypeAdapter[Any] = TypeAdapter(kind)
+
+    def parse(raw: Any) -> Any:
+        return adapter.validate_python(_document(raw))
+
+    return parse
+
+
+def _document(raw: Any) -> Mapping[str, Any]:
+    document = loads_bounded(raw) if isinstance(raw, str | bytes) else raw
+    check_depth(document, MAX_STORED_DEPTH)
+    if not isinstance(document, Mapping):
+        raise SpecError(f"expected a JSON object, got {type(document).__name__}")
+    return document
 
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -231,8 +371,4 @@ def parse_snapshot(raw: Any) -> Any:
     """A stored ``ClusterSnapshot`` (JSON text or a decoded document), bounded in depth and size."""
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 
-    document = loads_bounded(raw) if isinstance(raw, str | bytes) else raw
-    check_depth(document, MAX_STORED_DEPTH)
-    if not isinstance(document, Mapping):
-        raise SpecError(f"expected a JSON object, got {type(document).__name__}")
-    return ClusterSnapshot.model_validate(document)
+    return ClusterSnapshot.model_validate(_document(raw))

@@ -11,6 +11,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -130,3 +131,45 @@ def reset(handle: TestbedClusterHandle, timeout: float = 120.0) -> None:
         )
 
     wait_for(fresh, timeout, interval=0.2, message="the shared solo cluster back to a fresh state")
+
+
+def granted_by_the_manifests(request: dict[str, str]) -> bool:
+    """Whether deploy/rbac*.yaml grant ``request`` (a denial from :meth:`provider_denials`): the Role in
+    the task namespaces, the ClusterRole anywhere."""
+    from airflow_provider_fedsched.kube.permissions import grants
+    from airflow_provider_fedsched.testbed.rbac import CLUSTER_MANIFEST, NAMESPACED_MANIFEST, manifest
+
+    def rules(path: Path, kind: str) -> list[dict[str, Any]]:
+        return list(next(doc for doc in manifest(path) if doc["kind"] == kind)["rules"])
+
+    applicable = rules(CLUSTER_MANIFEST, "ClusterRole")
+    if request["namespace"]:
+        applicable += rules(NAMESPACED_MANIFEST, "Role")
+    return grants(applicable, request["group"], request["resource"], request["verb"])
+
+
+@pytest.fixture(autouse=True)
+def only_what_the_manifests_grant(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test on the shared federations fails when the provider asked a member for something
+    deploy/rbac*.yaml do not grant (a 403 to the provider's identity in an API server's audit log, for a
+    request no rule of the manifests covers). A 403 for what they do grant is the API server's, not the
+    manifests' (an API server that has just restarted refuses until its authorizer's caches fill)."""
+    if request.node.get_closest_marker("provider_refused"):
+        yield
+        return
+    federations = [
+        request.getfixturevalue(name) for name in ("testbed", "solo_testbed") if name in request.fixturenames
+    ]
+    handles = [handle for members in federations for handle in members]
+    marks = {id(handle): handle.audit_size() for handle in handles}
+    yield
+    denied = {
+        handle.cluster.name: [
+            f"{d['verb']} {d['uri']}"
+            for d in handle.provider_denials(since=marks[id(handle)])
+            if not granted_by_the_manifests(d)
+        ]
+        for handle in handles
+    }
+    denied = {name: requests for name, requests in denied.items() if requests}
+    assert not denied, f"the provider asked for what the shipped manifests do not grant: {denied}"

@@ -114,27 +114,27 @@ def kubeconfig_with(fed: TestbedFederation, token: str, tmp_path: Path) -> Path:
     return path
 
 
+def east_snapshot(
+    fed: TestbedFederation, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
+    """east-cpu's row of `fedsched snapshot --json` with ``kubeconfig`` (exit 0 whatever the member says)."""
+    from airflow_provider_fedsched import cli
+
+    federation = str(fed.state_dir / "federation.yaml")
+    code = cli.main(["snapshot", "--federation", federation, "--kubeconfig", str(kubeconfig), "--json"])
+    assert code == 0
+    shown = json.loads(capsys.readouterr().out)
+    return dict(next(r for r in shown["clusters"] if r["cluster"] == "east-cpu"))
+
+
 def test_snapshot_without_listing_nodes_names_the_permission(
     fed: TestbedFederation, reduced: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from airflow_provider_fedsched import cli
 
     token = reduced("nodes", "list")
-    kubeconfig = kubeconfig_with(fed, token, tmp_path)
-    code = cli.main(
-        [
-            "snapshot",
-            "--federation",
-            str(fed.state_dir / "federation.yaml"),
-            "--kubeconfig",
-            str(kubeconfig),
-            "--json",
-        ]
-    )
-    shown = json.loads(capsys.readouterr().out)
-    row = next(r for r in shown["clusters"] if r["cluster"] == "east-cpu")
+    row = east_snapshot(fed, kubeconfig_with(fed, token, tmp_path), capsys)
 
-    assert code == 0 and row["reachable"] is False
+    assert row["reachable"] is False
     assert 'cannot list resource "nodes"' in row["reason"] and token not in row["reason"]
 
 
@@ -162,3 +162,22 @@ def test_task_without_creating_pods_fails_naming_the_permission(
     assert 'cannot create resource "pods"' in shown, shown[-2000:]
     assert token not in shown
     assert pods_of(sim_federation, "fed_east_only") == []
+
+
+def test_a_member_without_the_ledger_s_rule_is_reported_naming_it(
+    fed: TestbedFederation, reduced: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25: with an older deploy/rbac.yaml (no Leases) every task silently ran without the ledger.
+    The member's snapshot now names the missing rule and what is lost (the Federation page and each task
+    log show it); with the shipped manifests it names nothing."""
+
+    less = east_snapshot(fed, kubeconfig_with(fed, reduced("leases", "create"), tmp_path), capsys)
+    assert less["reachable"] is True
+    assert less["missing_permissions"] == [
+        "coordination.k8s.io leases: create (no placement ledger: reservations in shared state only, where "
+        "two workers may take the same room)"
+    ]
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    full = east_snapshot(fed, kubeconfig_with(fed, fed["east-cpu"].cluster.provider_token, shipped), capsys)
+    assert full["reachable"] is True and full["missing_permissions"] == []

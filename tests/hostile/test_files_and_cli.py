@@ -215,6 +215,8 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("--cpu negative", [*PLACE, "--cpu", "-1"], "--cpu"),
     ("--memory 5000 digits", [*PLACE, "--memory", "9" * 5000], "--memory"),
     ("--resource no value", [*PLACE, "--resource", "example.com/fpga"], "--resource"),
+    ("--resource gpu=-1", [*PLACE, "--resource", "nvidia.com/gpu=-1"], "--resource: "),
+    ("--gpu -1", [*PLACE, "--gpu", "-1"], "--gpu: "),
     (
         "--federation /dev/zero",
         ["place", "--federation", "/dev/zero", "--snapshots", "{snap}"],
@@ -290,6 +292,11 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         "plan --valid-for inf",
         ["plan", "--federation", "{spec}", "--valid-for", "inf", "--dry-run"],
         "--valid-for",
+    ),
+    (
+        "plan --dags-folder /dev/zero",
+        ["plan", "--federation", "{spec}", "--dags-folder", "/dev/zero", "--dry-run"],
+        "--dags-folder",
     ),
     ("plan --runs 0", ["plan", "--federation", "{spec}", "--runs", "0", "--dry-run"], "--runs"),
     ("plan --runs 1e20", ["plan", "--federation", "{spec}", "--runs", "1e20", "--dry-run"], "--runs"),

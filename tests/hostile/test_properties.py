@@ -1,6 +1,7 @@
 """Property-based hostile input (hypothesis): arbitrary YAML documents never crash the spec loader;
-arbitrary JSON in shared state never crashes a decision or widens sovereignty; arbitrary JSON under the
-placement XCom key never crashes the history API's rows and pages."""
+arbitrary JSON in shared state never crashes a decision or widens sovereignty, nor a tenant decision,
+``fedsched tenants`` or ``fedsched cost``, nor widens a budget; arbitrary JSON under the placement XCom key
+never crashes the history API's rows and pages."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_fedsched.federation import FederationEngine, SpecError, TaskRequest, load_spec
+from airflow_provider_fedsched.federation.costs import REPORT_GROUPS, cost_report
 from airflow_provider_fedsched.plugins import history
 from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
 from tests.federation.helpers import node, snapshot
@@ -170,3 +173,102 @@ def test_any_placement_xcom_is_a_row_and_a_page(value: Any) -> None:
     json.dumps(row, allow_nan=False)  # what the API sends: never a 500 from encoding
     json.dumps(detail, allow_nan=False)
     assert row["readable"] in (True, False)
+
+
+TENANT_KEYS = [
+    "spend/x",
+    "spend/y",
+    "waiting/w",
+    "waiting/t1",
+    "reservation/a/r",
+    "lease/a",
+    "cooldown/a",
+    "quota-limits/a",
+    "history-outcome/a/0001",
+    "history-wait/a/0001",
+    "orphan/a/ns.p",
+    "deferred/a/ns.p",
+    "swept/a/ns.p",
+    "plan/d/t/20250601T080000.000000Z",
+    "forecast-models",
+    "forecast-profile/a",
+    "snapshot-index",
+]
+"""Every store of the federation's shared state (``state/``), by key."""
+tenant_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["team-a", "team-b", "a", "b", "soon", "{now}", "{past}", "9999-12-31T00:00:00"]),
+)
+tenant_values = st.recursive(
+    tenant_scalars,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "tenant",
+                    "cost",
+                    "egress_gb",
+                    "at",
+                    "placement_id",
+                    "resources",
+                    "requests",
+                    "since",
+                    "seen_at",
+                    "clusters",
+                    "owner",
+                    "until",
+                    "cpu",
+                    "namespace",
+                    "pod",
+                    "kind",
+                ]
+            ),
+            children,
+            max_size=7,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+def _with_times(value: Any, now: datetime) -> Any:
+    if value == "{now}":
+        return now.isoformat()
+    if value == "{past}":
+        return (now - timedelta(hours=1)).isoformat()
+    if isinstance(value, dict):
+        return {key: _with_times(item, now) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_with_times(item, now) for item in value]
+    return value
+
+
+@SETTINGS
+@given(garbage=st.lists(st.tuples(st.sampled_from(TENANT_KEYS), tenant_values), max_size=8))
+def test_any_stored_json_never_crashes_a_tenant_decision_nor_widens_a_budget(
+    garbage: list[tuple[str, Any]],
+) -> None:
+    """Arbitrary JSON in every store: the decision, ``fedsched tenants`` and ``fedsched cost`` (every
+    grouping) answer, their JSON has no Infinity or NaN, and a tenant over its budget stays over it."""
+    from tests.hostile.test_second_pass import EXPENSIVE, PREFIX, over_budget, teams_hook
+
+    now = datetime.now(UTC)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW__FEDSCHED__PLACEMENT_LEDGER", "False")
+        backend = MemoryStateBackend()
+        hook = teams_hook(backend, now)
+        over_budget(hook, now)
+        for key, value in garbage:
+            backend.set(f"{PREFIX}/{key}", _with_times(value, now))
+        decision = hook.place(EXPENSIVE, "t1")
+        rows = hook.tenants(now)
+        charges = hook.charges(now - timedelta(days=1))
+        reports = {by: cost_report(charges, by) for by in REPORT_GROUPS}
+    json.dumps({"tenants": rows, "reports": reports}, allow_nan=False)
+    assert decision.outcome == "wait", decision.reason  # over budget whatever else is stored
+    assert {row["tenant"]: row["cost"] for row in rows}["team-a"] >= 99.6

@@ -272,6 +272,8 @@ STORED_CASES: list[tuple[str, str, Any, Callable[[FederationState], Any]]] = [
         {"requests": {"cpu": 2**70}, "at": "2025-06-01T08:00:00+00:00"},
         lambda s: s.reservations.pending({}, _now()),
     ),
+    ("freed at garbage", f"{PREFIX}/freed-index", {"eu-a": "soon"}, lambda s: s.reservations.freed(["eu-a"])),
+    ("freed a list", f"{PREFIX}/freed-index", [1, 2], lambda s: s.reservations.freed(["eu-a"])),
     ("snapshot not a snapshot", f"{PREFIX}/snapshot/eu-a", {"cluster": 5}, lambda s: s.snapshots.get("eu-a")),
     (
         "snapshot nested 10,000 deep",
@@ -292,6 +294,76 @@ STORED_CASES: list[tuple[str, str, Any, Callable[[FederationState], Any]]] = [
         f"{PREFIX}/orphan/eu-a/ns.p",
         {"namespace": "ns"},
         lambda s: s.orphans.of("eu-a") or None,
+    ),
+    (
+        "orphan of kind vm",
+        f"{PREFIX}/orphan/eu-a/vm:ns.p",
+        {"namespace": "ns", "pod": "p", "kind": "vm"},
+        lambda s: [n for names in s.orphans.by_kind("eu-a").values() for n in names],
+    ),
+    (
+        "deferred without dag_id",
+        f"{PREFIX}/deferred/eu-a/ns.p",
+        {"namespace": "ns", "pod": "p", "run_id": "r", "task_id": "t", "map_index": -1, "since": 1.0},
+        lambda s: s.deferred.of("eu-a"),
+    ),
+    (
+        "deferred map_index true",
+        f"{PREFIX}/deferred/eu-a/ns.p",
+        {
+            "namespace": "ns",
+            "pod": "p",
+            "dag_id": "d",
+            "run_id": "r",
+            "task_id": "t",
+            "map_index": True,
+            "since": 1.0,
+        },
+        lambda s: s.deferred.get("eu-a", "ns", "p"),
+    ),
+    (
+        "swept phase Failed",
+        f"{PREFIX}/swept/eu-a/ns.p",
+        {"phase": "Failed"},
+        lambda s: s.orphans.was_swept_succeeded("eu-a", "ns", "p") or None,
+    ),
+    (
+        "quota limits cpu lots",
+        f"{PREFIX}/quota-limits/eu-a",
+        {"ns": {"cpu": "lots"}},
+        lambda s: s.quota_limits.get("eu-a"),
+    ),
+    (
+        "quota limits a list",
+        f"{PREFIX}/quota-limits/eu-a",
+        {"ns": [1, 2]},
+        lambda s: s.quota_limits.get("eu-a"),
+    ),
+    (
+        "history sample without at",
+        f"{PREFIX}/history-outcome/eu-a/0001",
+        {"outcome": "succeeded"},
+        lambda s: s.history.samples("eu-a", "outcome"),
+    ),
+    (
+        "plan not a plan",
+        f"{PREFIX}/plan/d/t/20250601T080000.000000Z",
+        {"clusters": "nonsense"},
+        lambda s: s.plans.all(),
+    ),
+    (
+        "forecast models a list",
+        f"{PREFIX}/forecast-models",
+        [1, 2],
+        lambda s: s.forecasts.get_models(),
+    ),
+    (
+        "lease owner a number",
+        f"{PREFIX}/lease/eu-a",
+        {"owner": 5, "until": "2099-01-01T00:00:00Z"},
+        lambda s: (
+            None if s.leases.claim(["eu-a"], "me", _now(), timedelta(seconds=5)) == ["eu-a"] else "lost"
+        ),
     ),
 ]
 

@@ -64,3 +64,40 @@ def test_quota_headroom_is_the_smallest_remaining_per_namespace() -> None:
         },
     ]
     assert quota_headroom(quotas) == {"etl": {"cpu": 500, "pods": 7}, "full": {"memory": 0}}
+
+
+def test_not_ready_and_cordon_taints_are_a_state_of_the_node_not_a_gang_that_never_fits() -> None:
+    """The node lifecycle controller taints NotReady nodes (and keeps the taint for a few seconds after
+    the node is Ready again): a gang whose only fitting nodes are those waits; it is never "impossible"."""
+    from airflow_provider_fedsched.federation import FederationEngine, TaskRequest, parse_resource_list
+    from airflow_provider_fedsched.federation.request import GangRole
+    from tests.federation.helpers import cluster, spec
+
+    not_ready = {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}
+    lingering = {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}
+    cordoned = {"taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}
+    snapshot = condense(
+        "east",
+        [
+            node("n1", "8"),
+            node("n2", "8", ready="Unknown", spec=not_ready),
+            node("n3", "8", spec=lingering),  # Ready again, the taint not lifted yet
+            node("n4", "8", spec=cordoned),
+        ],
+        [],
+        [],
+        NOW,
+    )
+    _, n2, n3, n4 = snapshot.nodes
+    assert [n.taints for n in snapshot.nodes] == [[], [], [], []]
+    assert [n.schedulable for n in snapshot.nodes] == [True, False, False, False]
+    assert n4.unschedulable and not n3.ready and not n2.ready
+
+    gang = TaskRequest.for_gang(
+        [GangRole(name="worker", count=3, resources=parse_resource_list({"cpu": "6"}))]
+    )
+    decision = FederationEngine(spec([cluster("east")])).decide(gang, {"east": snapshot}, now=NOW)
+
+    assert decision.outcome == "wait"
+    (rejected,) = decision.rejected
+    assert (rejected.plugin, rejected.permanent) == ("GangFit", False)

@@ -219,3 +219,29 @@ def test_a_401_is_left_to_kubernetes_pod_operator_to_refresh_credentials() -> No
         pods.fetch_container_logs(target, "base", follow=True)
 
     assert refused_read.value.status == 401
+
+
+def forbidden() -> ApiException:
+    return ApiException(status=403, reason="Forbidden")
+
+
+def test_a_refusal_after_the_pod_was_read_is_waited_out_like_silence() -> None:
+    """Found on the test bed: an API server that restarts answers 403 to the provider's read of its own
+    pod until its authorizer's caches fill; the try failed on it although the pod ran on."""
+    pods = manager(ScriptedCluster([], [RUNNING, forbidden(), forbidden(), SUCCEEDED]))
+    target = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="work-1", namespace="default"))
+
+    assert pods.read_pod(target).status.phase == "Running"
+    assert pods.read_pod(target).status.phase == "Succeeded"
+
+
+def test_a_refusal_past_the_grace_is_a_lost_cluster_and_before_any_read_an_answer() -> None:
+    pods = manager(ScriptedCluster([], [RUNNING, forbidden()]), grace=0.2)
+    target = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="work-1", namespace="default"))
+    pods.read_pod(target)
+    with pytest.raises(ClusterLost):
+        pods.read_pod(target)
+
+    never_read = manager(ScriptedCluster([], [forbidden()]))  # may we look at all? No: that is an answer
+    with pytest.raises(ApiException):
+        never_read.read_pod(target)

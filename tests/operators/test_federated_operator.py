@@ -234,6 +234,57 @@ def test_waits_for_a_compliant_cluster_then_fails_with_the_reasons(
     assert record["waited_seconds"] <= waited.total_seconds() + 0.01
 
 
+@pytest.mark.parametrize("dag_id", ["fed_wait_for_room", "fed_wait_for_room_deferrable"])
+def test_a_waiting_task_decides_again_as_soon_as_a_placement_on_its_cluster_ends(
+    sim_federation: SimFederation,
+    federation: Path,
+    dag_id: str,
+    background: Callable[[Callable[[], None]], None],
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A two-hour task whose only compliant cluster is taken by the placements of other tries: it is
+    placed as soon as they end, not after a poll tied to its duration (120 s, the old wait), sync or
+    deferred; its log says what it waits for, for how long at most, and what woke it."""
+    from airflow_provider_fedsched.federation.request import TaskRequest
+    from airflow_provider_fedsched.hooks.federation import poll_interval
+
+    monkeypatch.setenv("AIRFLOW__FEDSCHED__WAIT_CHECK_SECONDS", "0.2")
+    hook = FederationHook()
+    take_snapshot()
+    blockers = [f"blocker-{node}" for node in range(4)]  # 15 of the 16 cpu of each of its 4 nodes
+    for placement in blockers:
+        assert hook.reserve("west-general", TaskRequest(resources={"cpu": 15000}), placement)
+
+    def waiting() -> bool:
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            row = session.query(XComModel).filter_by(dag_id=dag_id, key="fedsched_placement").one_or_none()
+            value = None if row is None else XComModel.deserialize_value(row)
+        record = json.loads(value) if isinstance(value, str) else value
+        return bool(record) and record["outcome"] == "waiting"
+
+    def other_tries_end() -> None:
+        wait_for(waiting, timeout=120)
+        for placement in blockers:
+            hook.release("west-general", placement)
+
+    background(other_tries_end)
+    state, record, _ = run(dag_id)
+
+    assert state == "success" and record is not None
+    assert path(record) == [("west-general", "succeeded")]
+    assert [d["outcome"] for d in record["decisions"]] == ["wait", "placed"]
+    assert record["waited_seconds"] < poll_interval(7200) == 120.0
+    out = capfd.readouterr().out
+    assert (
+        "Waiting up to 300s more (wait_timeout 300s) for a compliant cluster, deciding again as soon" in out
+    )
+    assert "Deciding again: a placement on west-general ended: the decision is now 'placed'" in out
+
+
 def test_a_cooldown_never_holds_back_a_task_whose_only_compliant_cluster_has_room(
     sim_federation: SimFederation, federation: Path
 ) -> None:
@@ -601,6 +652,25 @@ def test_a_request_above_every_hard_quota_is_impossible_not_a_wait(
     assert state == "failed" and record is not None and record["attempts"] == []
     assert "no member cluster can ever run this task" in record["reason"]
     assert "hard quota" in record["reason"] and took < 120
+
+
+def test_a_member_whose_hard_quota_is_below_the_request_is_rejected_as_never_when_placed_elsewhere(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """Issue 25, finding 6: the task ran elsewhere, and its explanation said the member with the tiny
+    quota was "not now" (wait) although the request alone is above that namespace's hard limit."""
+    east = sim_federation["east-cpu"]
+    east.set_quota("etl", {"requests.cpu": "1"}, name="tiny")
+    try:
+        take_snapshot()
+        state, record, _ = run("fed_hard_quota")
+    finally:
+        east.set_quota("etl", {"requests.cpu": "1000"}, name="tiny")
+
+    assert state == "success" and record is not None and record["cluster"] != "east-cpu"
+    (rejection,) = [r for r in record["decisions"][0]["rejected"] if r["cluster"] == "east-cpu"]
+    assert rejection["plugin"] == "Quota" and rejection["permanent"] is True
+    assert "above the namespace's hard quota for cpu: it can never fit" in rejection["reason"]
 
 
 def test_a_broken_member_is_skipped_with_its_reason_while_healthy_ones_serve(

@@ -262,3 +262,31 @@ def test_rows_show_each_attempts_cost_and_egress_and_mark_a_large_move() -> None
         json.dumps(records.record()), dag_id="etl", run_id="r", task_id="x", map_index=-1, recorded_at=None
     )
     assert small["egress_gb"] == 0.0 and small["large_egress"] is False
+
+
+def test_a_try_still_waiting_counts_its_wait_so_far() -> None:
+    """The Waited column of a try that waits right now is the wait so far, as its live state says, not the
+    0 s of the waits that ended; a try that ended keeps what it recorded."""
+    from datetime import UTC, datetime
+
+    from airflow_provider_fedsched.plugins import history
+
+    since = datetime.now(UTC) - timedelta(seconds=54)
+    waiting = records.record(clusters=(), outcome="waiting")
+    waiting.update(ended_at=None, waiting_since=since.isoformat(), waited_seconds=6.0, reason="no room")
+    before = datetime.now(UTC)
+    row = history.placement_row(
+        json.dumps(waiting), dag_id="etl", run_id="r", task_id="w", map_index=-1, recorded_at=None
+    )
+    after = datetime.now(UTC)
+    assert row["live"] == {"state": "waiting", "since": since.isoformat(), "why": "no room"}
+    # 6 s of an earlier wait of the try, and this one's 54 s (and the moment the row took).
+    assert 6 + (before - since).total_seconds() - 0.001 <= row["waited_seconds"]
+    assert row["waited_seconds"] <= 6 + (after - since).total_seconds() + 0.001
+
+    ended = records.record()
+    ended.update(waited_seconds=12.5, waiting_since=since.isoformat())  # an ended try's clock has stopped
+    row = history.placement_row(
+        json.dumps(ended), dag_id="etl", run_id="r", task_id="e", map_index=-1, recorded_at=None
+    )
+    assert row["waited_seconds"] == 12.5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +43,7 @@ def history(airflow_db: None) -> Iterator[None]:
             stored("load", 120.0, TaskRequest(resources={"cpu": 500, "memory": 2**30})),
             stored("old", 60.0, None),
             stored("busy", 90.0, TaskRequest(resources={"cpu": 500}), outcome="running"),
+            stored("broken", 150.0, TaskRequest(resources={"cpu": 250}), outcome="failed"),
         ]
     )
     yield
@@ -54,8 +56,17 @@ def test_export_writes_finished_tries_as_pods_the_replay_reads(
     out = tmp_path / "pods.csv"
     assert cli.main(["history", "export", "--out", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "wrote 2 pod(s)" in err and "1 no request" in err and "1 still running" in err
+    assert "wrote 3 pod(s)" in err and "1 no request" in err and "1 still running" in err
     pods = {pod.name: pod for pod in read_pods(out)}
+    # Issue 25, finding 8: a try that failed is written as a Failed pod, not Succeeded.
+    with out.open(newline="") as handle:
+        phases = {row["name"]: row["pod_phase"] for row in csv.DictReader(handle)}
+    assert phases == {
+        "etl.train@manual__1": "Succeeded",
+        "etl.load@manual__1": "Succeeded",
+        "etl.broken@manual__1": "Failed",
+    }
+    assert pods["etl.broken@manual__1"].phase == "Failed"
     train, load = pods["etl.train@manual__1"], pods["etl.load@manual__1"]
     assert (train.arrival, train.run, train.cpu, train.memory_mib, train.gpu_milli) == (
         0,
@@ -80,7 +91,7 @@ def test_export_window_and_bad_options(
     out = tmp_path / "pods.csv"
     since = (BASE_TIME + timedelta(seconds=100)).isoformat()
     assert cli.main(["history", "export", "--out", str(out), "--since", since]) == 0
-    assert [pod.name for pod in read_pods(out)] == ["etl.load@manual__1"]
+    assert [pod.name for pod in read_pods(out)] == ["etl.load@manual__1", "etl.broken@manual__1"]
     capsys.readouterr()
     assert cli.main(["history", "export", "--out", str(out), "--since", "yesterday"]) == 2
     assert "--since" in capsys.readouterr().err

@@ -104,9 +104,9 @@ def test_table_and_plot(trace: tuple[Path, Path], tmp_path: Path, capsys: pytest
     ("argv", "message"),
     [
         (["--policies", "fedsched,fastest"], "--policies: unknown policy 'fastest'"),
-        (["--clusters", "0"], "--clusters: must be at least 1"),
-        (["--staleness", "-1"], "--staleness: must not be negative"),
-        (["--copies", "0"], "--copies: must be at least 1"),
+        (["--clusters", "0"], "--clusters: must be 1..1,000"),
+        (["--staleness", "-1"], "--staleness: -1.0 is not a number of seconds"),
+        (["--copies", "0"], "--copies: must be 1..1,000"),
     ],
 )
 def test_bad_options_exit_2_naming_the_option(
@@ -131,7 +131,7 @@ def test_bad_files_exit_2_naming_file_line_and_column(
     assert f"pods file {broken} line 4: cpu_milli: 'lots' is not a number" in err
     missing = tmp_path / "nodes.csv.gone"
     code, _, err = run_cli(capsys, "--nodes", str(missing), "--pods", str(pods))
-    assert code == 2 and f"nodes file {missing}: cannot read it" in err
+    assert code == 2 and f"cannot read nodes file '{missing}': No such file" in err
     headless = tmp_path / "headless.csv"
     headless.write_text("sn,cpu_milli\nn1,1000\n")
     code, _, err = run_cli(capsys, "--nodes", str(headless), "--pods", str(pods))

@@ -264,3 +264,37 @@ def test_the_cluster_still_serves_after_hostile_input(fed: SimFederation) -> Non
         request(handle.url, handle.token, method, path.replace("NODE", "x"), body, ctype)
     pod = handle.create_pod("default", pod_body("after-hostile"))
     assert handle.wait_for_phase("default", pod["metadata"]["name"], "Succeeded")
+
+
+FAULT_CASES = [
+    ({"kind": "latency", "args": {"seconds": -1}}, "seconds=-1 must be a finite number in 0..3600"),
+    ({"kind": "latency", "args": {"seconds": "nan"}}, "seconds='nan' must be a finite number"),
+    ({"kind": "latency", "args": {"seconds": 1e300}}, "must be a finite number in 0..3600"),
+    ({"kind": "latency", "args": {"seconds": True}}, "seconds=True is not a number"),
+    ({"kind": "fail", "args": {"status": 999}}, "status=999 must be a finite number in 400..599"),
+    ({"kind": "fail", "args": {"route": "("}}, "route='(' is not a regular expression"),
+    ({"kind": "fail", "args": {"times": 1.5}}, "times=1.5 must be a whole number"),
+    ({"kind": "latency", "args": {"secs": 1}}, "unknown argument 'secs' (it takes seconds)"),
+    ({"kind": "clear", "args": {"x": 1}}, "unknown argument 'x' (it takes no arguments)"),
+    ({"kind": "latency", "args": [1]}, "args must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), FAULT_CASES, ids=[str(c[0]) for c in FAULT_CASES])
+def test_a_bad_fault_is_a_400_naming_the_argument_and_changes_nothing(
+    small_fed: SimFederation, body: dict[str, Any], message: str
+) -> None:
+    """Issue 27: negative, NaN and 1e300 latencies were accepted (the last stalled the member until
+    ``clear``), as were status 999 and unknown keys; a bad route regex was a 500 with a traceback."""
+    handle = small_fed["solo"]
+    request = urllib.request.Request(
+        f"{small_fed.control_url}/sim/v1/clusters/solo/faults",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {handle.token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 400
+    assert message in json.loads(refused.value.read())["message"]
+    assert handle.cluster.faults.latency_seconds == 0.0

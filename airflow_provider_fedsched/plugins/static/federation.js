@@ -99,9 +99,12 @@ async function loadClusters() {
     body.append(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "No member clusters.")));
   }
   for (const c of data.clusters) {
-    const status = !c.snapshot ? el("span", { class: "badge" }, "no snapshot")
+    const lastAnswered = c.last_answered_age_seconds !== null
+      ? `last answered ${seconds(c.last_answered_age_seconds)} ago` : "never answered";
+    const status = !c.snapshot ? el("span", { class: "badge", title: c.snapshot_note }, "no snapshot")
       : c.reachable ? el("span", { class: "badge ok" }, "reachable")
-      : el("span", {}, el("span", { class: "badge bad" }, "unreachable"), el("div", { class: "small muted" }, c.reason));
+      : el("span", {}, el("span", { class: "badge bad" }, "unreachable"),
+          el("div", { class: "small muted" }, c.reason), el("div", { class: "small muted" }, lastAnswered));
     const cooldown = c.cooldown
       ? el("span", {}, el("span", { class: "badge warn" }, `until ${when(c.cooldown.until)}`),
           el("div", { class: "small muted clamp", title: c.cooldown.reason }, c.cooldown.reason))
@@ -119,8 +122,13 @@ async function loadClusters() {
       el("td", {}, c.region, c.group && c.group !== c.region ? el("span", { class: "muted" }, ` / ${c.group}`) : null),
       el("td", {}, status, c.snapshot
         ? el("div", { class: "small muted nowrap" }, `${c.ready_nodes}/${c.nodes} nodes ready`,
-            el("br"), `${seconds(c.snapshot_age_seconds)} old`)
-        : null),
+            el("br"), el("span", { class: "snapshot-age", title: c.snapshot_note }, `${seconds(c.snapshot_age_seconds)} old`),
+            el("div", { class: "small muted snapshot-note" }, c.snapshot_note))
+        : null,
+        (c.missing_permissions || []).length
+          ? el("div", { class: "missing-permissions" }, el("span", { class: "badge warn" }, "RBAC"),
+              c.missing_permissions.map((m) => el("div", { class: "small" }, `not granted: ${m}`)))
+          : null),
       el("td", {}, capacity(c)),
       el("td", { class: "small" }, c.largest_free_node || "–"),
       el("td", {}, cooldown),

@@ -68,6 +68,16 @@ federated_dag(
 federated_dag("fed_task_failure", annotations=sim(exit_code=3, logs=["boom"]))
 federated_dag("fed_wait_timeout", datasets=["eu-customers"], wait_timeout=3)
 federated_dag("fed_wait_timeout_deferrable", datasets=["eu-customers"], wait_timeout=3, deferrable=True)
+# A two-hour task waiting for room on its only cluster (test_federated_operator.py): it decides again as
+# soon as a placement there ends, not after a poll tied to its duration (which would be 120 s).
+federated_dag("fed_wait_for_room", datasets=["eu-customers"], expected_duration=7200, wait_timeout=300)
+federated_dag(
+    "fed_wait_for_room_deferrable",
+    datasets=["eu-customers"],
+    expected_duration=7200,
+    wait_timeout=300,
+    deferrable=True,
+)
 federated_dag("fed_reattach", annotations=sim(duration=60))
 # A try killed after its pod Succeeded, while the pod's delete is refused (test_federated_operator.py).
 federated_dag(
@@ -162,6 +172,18 @@ federated_dag(
     retries=1,
     retry_delay=timedelta(seconds=15),
     annotations=sim(duration=300, logs=["work done"]),
+)
+
+
+# Its pod's node goes NotReady past the grace: try 1 is lost; try 2 must not start a second copy while
+# that pod may still run there (test_contract.py).
+federated_dag(
+    "fed_node_lost",
+    clusters=["east-cpu", "west-general"],
+    unreachable_grace=3,
+    retries=1,
+    retry_delay=timedelta(seconds=1),
+    annotations=sim(duration=600),
 )
 
 
