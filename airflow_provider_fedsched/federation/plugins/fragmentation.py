@@ -18,13 +18,15 @@ without one, the task's own shape). The task asks for GPUs as ``nvidia.com/gpu``
 ``fedsched.io/gpu-milli`` (thousandths: below 1000 a share of one device). Pods in flight to a cluster
 (passed pod by pod) are charged first, each where this score would have hinted it.
 
-A task without GPU still gets a gradient (its cpu may leave a GPU node's GPUs without cpu for the
-workload). A gang, or a cluster whose snapshot tells no GPU devices (no GPUs, or only a
-``fedsched.io/gpu-milli`` total per node), scores 50 and gets no hint.
+A task without GPU still gets a gradient against a reported workload (its cpu may leave a GPU node's
+GPUs without cpu for the workload). A gang, a task without GPU where the snapshot reports no workload
+(its own shape, using no GPU, fragments nothing), or a cluster whose snapshot tells no GPU devices (no
+GPUs, or only a ``fedsched.io/gpu-milli`` total per node) scores 50 and gets no hint.
 
 The gradients are computed with numpy over all of a cluster's nodes and kept between decisions, per
 cluster, for the nodes that did not change (a pure cache: a decision's result is the same with or
-without it; the tests check so).
+without it; the tests check so). Over the columnar index (``score_all``), the clusters with nothing to
+measure are 50 at once and the rest scored one by one, as :meth:`Fragmentation.score` does.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from airflow_provider_fedsched.federation.request import Toleration, tolerates_a
 from airflow_provider_fedsched.federation.resources import CPU, GPU, GPU_MILLI, MEMORY, ResourceList
 
 if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.columns import Batch, Floats, Positions
     from airflow_provider_fedsched.federation.fragmentation import (
         Bools,
         GpuView,
@@ -175,6 +178,9 @@ class _Synced:
     view: GpuView
     charged: tuple[ResourceList, ...] = ()
     admitted: dict[tuple[str, ...], Bools] = field(default_factory=dict)
+    best: dict[tuple[object, ...], tuple[int, int | None, int] | None] = field(default_factory=dict)
+    """(shape, memory, node selector, tolerations) -> :func:`_best` on this view as it stands: decisions
+    between two changes of the cluster (a snapshot, a pod in flight) ask for the same shapes again."""
 
     def admits(self, models: tuple[str, ...]) -> Bools:
         known = self.admitted.get(models)
@@ -184,8 +190,13 @@ class _Synced:
 
 
 _LOCK = threading.Lock()
-_VIEWS: dict[str, _Synced] = {}
+_VIEWS: dict[tuple[str, TaskShape | None], _Synced] = {}
+"""(cluster, the task's shape where it is the target workload, else None) -> its last view."""
 _WORKLOADS: dict[int, tuple[object, Workload]] = {}
+_OWN: dict[TaskShape, Workload] = {}
+_REPORTS: dict[str, tuple[ClusterSnapshot, bool]] = {}
+"""Cluster -> (its last snapshot, whether that snapshot reports GPU devices per node)."""
+_MAX_CACHED = 100_000
 
 
 def forget() -> None:
@@ -193,6 +204,7 @@ def forget() -> None:
     with _LOCK:
         _VIEWS.clear()
         _WORKLOADS.clear()
+        _OWN.clear()
         _REPORTS.clear()
 
 
@@ -200,7 +212,12 @@ def _workload(shapes: Sequence[WorkloadShape], own: TaskShape) -> Workload:
     from airflow_provider_fedsched.federation.fragmentation import TaskShape, Workload
 
     if not shapes:
-        return Workload((own,), (1.0,))
+        workload = _OWN.get(own)
+        if workload is None:
+            if len(_OWN) > 64:
+                _OWN.clear()
+            workload = _OWN[own] = Workload((own,), (1.0,))
+        return workload
     known = _WORKLOADS.get(id(shapes))
     if known is not None and known[0] is shapes:
         return known[1]
@@ -219,9 +236,9 @@ def _synced(cluster: ClusterView, snapshot: ClusterSnapshot, own: TaskShape) -> 
     """The cluster's view (snapshot, then its pods in flight), reusing the last one's unchanged nodes."""
     from airflow_provider_fedsched.federation.fragmentation import GpuView
 
-    name = cluster.spec.name
+    key = (cluster.spec.name, None if snapshot.workload else own)
     workload = _workload(snapshot.workload, own)
-    entry = _VIEWS.get(name)
+    entry = _VIEWS.get(key)
     pods = cluster.in_flight
     if (
         entry is not None
@@ -244,6 +261,7 @@ def _synced(cluster: ClusterView, snapshot: ClusterSnapshot, own: TaskShape) -> 
         ):
             entry.view.update(columns.cpu, columns.memory, columns.devices)
             entry.snapshot, entry.columns, entry.charged = snapshot, columns, ()
+            entry.best.clear()
         else:
             view = GpuView(
                 columns.cpu.copy(),
@@ -252,7 +270,11 @@ def _synced(cluster: ClusterView, snapshot: ClusterSnapshot, own: TaskShape) -> 
                 *_model_codes(columns.models),
                 workload,
             )
-            entry = _VIEWS[name] = _Synced(snapshot, columns, workload, view)
+            if len(_VIEWS) > _MAX_CACHED:
+                _VIEWS.clear()
+            entry = _VIEWS[key] = _Synced(snapshot, columns, workload, view)
+    if pods:
+        entry.best.clear()
     for pod in pods:
         _charge(entry, pod)
     entry.charged = tuple(cluster.in_flight)
@@ -317,20 +339,21 @@ def _charge(entry: _Synced, pod: ResourceList) -> None:
         entry.view.place(node, shape, memory, device)
 
 
-_REPORTS: dict[int, tuple[ClusterSnapshot, bool]] = {}
-
-
-def _knows_devices(snapshot: ClusterSnapshot, index: ClusterIndex | None) -> bool:
-    """The snapshot tells the cluster's GPU devices: nodes allocate ``nvidia.com/gpu`` (whole devices) or
-    report ``gpus``. Otherwise (no GPUs, or only ``fedsched.io/gpu-milli`` totals) there is nothing to
-    measure: the score is neutral, and no numpy is loaded for it."""
+def _measurable(name: str, snapshot: ClusterSnapshot, index: ClusterIndex | None, shape: TaskShape) -> bool:
+    """Something to measure: the snapshot tells the cluster's GPU devices (nodes allocate
+    ``nvidia.com/gpu``, whole devices, or report ``gpus``), and the task asks for GPUs or the snapshot
+    reports a workload its cpu could get in the way of. Otherwise (no GPUs, only ``fedsched.io/gpu-milli``
+    totals, or a task without GPU measured against its own shape, which uses no GPU) the score is neutral,
+    and no numpy is loaded for it."""
+    if not snapshot.nodes or not (shape.gpus or snapshot.workload):
+        return False
     if index is not None and index.total_allocatable.get(GPU, 0):
         return True
-    known = _REPORTS.get(id(snapshot))
+    known = _REPORTS.get(name)
     if known is None or known[0] is not snapshot:
-        if len(_REPORTS) > 256:
+        if len(_REPORTS) > _MAX_CACHED:
             _REPORTS.clear()
-        known = _REPORTS[id(snapshot)] = (snapshot, any(node.gpus is not None for node in snapshot.nodes))
+        known = _REPORTS[name] = (snapshot, any(node.gpus is not None for node in snapshot.nodes))
     return known[1]
 
 
@@ -366,14 +389,18 @@ class Fragmentation(ScorePlugin):
     def score(self, state: CycleState, cluster: ClusterView) -> float:
         data: _FragmentationData = state.data[_DATA.name]
         shape, snapshot = data.shape, cluster.snapshot
-        if shape is None or snapshot is None or not snapshot.nodes:
+        if shape is None or snapshot is None:
             return NEUTRAL
         with _LOCK:
-            if not _knows_devices(snapshot, cluster.index):
+            if not _measurable(cluster.spec.name, snapshot, cluster.index, shape):
                 return NEUTRAL
             entry = _synced(cluster, snapshot, shape)
-            allowed = _static(entry.columns, data.selector, data.tolerations)
-            best = _best(entry, shape, data.memory, allowed)
+            key = (shape, data.memory, data.selector, data.tolerations)
+            if key in entry.best:
+                best = entry.best[key]
+            else:
+                allowed = _static(entry.columns, data.selector, data.tolerations)
+                best = entry.best[key] = _best(entry, shape, data.memory, allowed)
             if best is None:
                 return 0.0
             node, _, score = best
@@ -382,6 +409,36 @@ class Fragmentation(ScorePlugin):
 
     def normalize(self, raw: Sequence[float]) -> list[float]:
         return [min(100.0, max(0.0, value)) for value in raw]
+
+    def score_all(self, state: CycleState, batch: Batch, positions: Positions) -> Floats:
+        """50 for the clusters with nothing to measure, without a view each; the rest by :meth:`score`."""
+        import numpy as np
+
+        data: _FragmentationData = state.data[_DATA.name]
+        raw = np.full(len(positions), NEUTRAL, np.float64)
+        shape = data.shape
+        if shape is None:
+            return raw
+        columns, names = batch.columns, batch.spec.names
+        snapshots, indexes = columns.snapshots, columns.indexes
+        listed = list(enumerate(positions.tolist()))
+        if not shape.gpus:  # most clusters, for a task without GPU: no workload reported, 50
+            listed = [(i, p) for i, p in listed if (known := snapshots[p]) is not None and known.workload]
+        with _LOCK:
+            measured = [
+                (i, position)
+                for i, position in listed
+                if (snapshot := snapshots[position]) is not None
+                and _measurable(names[position], snapshot, indexes[position], shape)
+            ]
+        for i, position in measured:
+            raw[i] = self.score(state, batch.view(position))
+        return raw
+
+    def normalize_all(self, raw: Floats) -> Floats:
+        import numpy as np
+
+        return np.minimum(100.0, np.maximum(0.0, raw))
 
     def hint(self, state: CycleState, cluster: str) -> str | None:
         data: _FragmentationData = state.data[_DATA.name]
