@@ -9,13 +9,21 @@ the published table) or ``LIST:K`` (the pod list ``openb_pod_list_LIST.csv`` on 
 members, every federation policy). Each prints its tables, one JSON line (the command's ``--json``
 object with the run's name, wall and CPU seconds and the load average at its end) and, with ``--plots``,
 writes ``docs/images/fragmentation-<run>.png``.
+
+``engine:C`` measures instead what the ``Fragmentation`` score costs a decision: ``bench_engine.py``'s
+federation of C clusters of 50 nodes (a tenth with a GPU pool, no workload reported) and its requests,
+each decided with the default policy and, as the baseline in the same process, alternately, with every
+score but ``Fragmentation``; p50/p99 of the second pass (the first warms the per-cluster views, as a
+long-lived worker has them), after ``gc.freeze()`` as ``bench_engine.py`` measures.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -50,6 +58,9 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(args.traces) / "alibaba-gpu-v2023"
     for run in args.runs.split(","):
+        if run.startswith("engine:"):
+            engine_cost(int(run.partition(":")[2]))
+            continue
         if run == "reproduction":
             nodes_file, list_name, clusters = "openb_node_list_gpu_node.csv", "default", 1
         else:
@@ -90,6 +101,46 @@ def main() -> None:
         print(json.dumps(line), flush=True)
         if args.plots:
             plot_fragmentation(report, IMAGES / f"fragmentation-{run.replace(':', '-k')}.png")
+
+
+def engine_cost(clusters: int, decisions: int = 300) -> None:
+    """The default policy's decision latency against the same without the ``Fragmentation`` score."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_engine
+
+    from airflow_provider_fedsched.federation import FederationEngine, PolicySpec
+
+    spec, snapshots = bench_engine.generate(clusters, 20250601)
+    workload = bench_engine.requests(20250602, decisions)
+    engine = FederationEngine(spec)
+    without = PolicySpec(scores=[name for name in PolicySpec().scores if name != "Fragmentation"])
+    load_before = os.getloadavg()
+    for request in workload:  # warm: every snapshot's index and columns, every cluster's view
+        engine.decide(request, snapshots, now=bench_engine.NOW)
+        engine.decide(request, snapshots, now=bench_engine.NOW, policy=without)
+    gc.collect()
+    gc.freeze()
+    timed: dict[str, list[float]] = {"with": [], "without": []}
+    try:
+        for request in workload:
+            for name, policy in (("with", None), ("without", without)):
+                start = time.perf_counter()
+                engine.decide(request, snapshots, now=bench_engine.NOW, policy=policy)
+                timed[name].append(time.perf_counter() - start)
+    finally:
+        gc.unfreeze()
+    figures = {
+        name: (statistics.median(values) * 1000, bench_engine.percentile(values, 0.99) * 1000)
+        for name, values in timed.items()
+    }
+    (p50, p99), (base50, base99) = figures["with"], figures["without"]
+    print(
+        f"fragmentation score cost: clusters={clusters} decisions={decisions} p50_ms={p50:.2f} "
+        f"p99_ms={p99:.2f}; without it (same process): p50_ms={base50:.2f} p99_ms={base99:.2f} "
+        f"({p50 / base50:.2f}x / {p99 / base99:.2f}x); load average "
+        f"{' '.join(f'{v:.1f}' for v in load_before)} -> {' '.join(f'{v:.1f}' for v in os.getloadavg())}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
