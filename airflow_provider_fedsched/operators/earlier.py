@@ -91,6 +91,8 @@ class EarlierTries(KubernetesPodOperator):
         return False
 
     def _succeed_with(self, context: Any, attempt: Attempt, reason: str) -> None:
+        # A try that died left its reservation: the pod it stood for is over.
+        self.federation_hook.release(attempt.cluster, attempt.placement_id)
         records.succeed_with(self._record, attempt, reason)
         self._save(context)
         self.log.info("Placement: %s", self._record.summary())
@@ -108,8 +110,24 @@ class EarlierTries(KubernetesPodOperator):
         return None if found is None else self._adopt_found(context, found)
 
     def _adopt_found(self, context: Any, found: list[tuple[str, Any]]) -> Attempt | None:
-        """Of an earlier try's pods, the one to watch to its end is adopted; the others are deleted."""
+        """Of an earlier try's pods, the one to watch to its end is adopted; the others are deleted.
+
+        A pod that Succeeded but is already being deleted (a dead try's cleanup, a sweep, a node that
+        stopped answering while its deletion waits for it) cannot be watched, but its work is done: its
+        success is taken (an attempt whose outcome is ``succeeded``: the try is over), never run again.
+        Not for ``do_xcom_push`` tasks, whose result is read from the pod."""
         chosen, others = attempts.pick_adoptable(found)
+        done = None if chosen is not None or self.do_xcom_push else attempts.succeeded_among(others)
+        if done is not None:
+            for cluster, pod in others:  # deleted by the next snapshot of their cluster
+                self.federation_hook.add_orphan(cluster, pod.metadata.namespace, pod.metadata.name)
+            cluster, pod = done
+            reason = (
+                f"pod {pod.metadata.name} of an earlier try Succeeded in {cluster} (it is being deleted): "
+                "its work is not run again"
+            )
+            self._succeed_with(context, attempts.adopted_attempt(self._record, cluster, pod), reason)
+            return self._record.current
         for cluster, pod in others:
             self.use_cluster(cluster)
             metadata = pod.metadata
@@ -154,23 +172,28 @@ class EarlierTries(KubernetesPodOperator):
         """An earlier try's pods (or Jobs: :meth:`_find_in_cluster`) as ``(cluster, item)``; None when
         this try can have none.
 
-        Only a retry (or a try whose record survived) can have one. The earlier record says where its
-        last pod ran: that cluster is waited for within the grace; the others are asked once."""
+        Only a retry (or a try whose record survived) can have one. Every member is searched, not only
+        those the task may use today. The earlier record says where its last pod ran: that cluster is
+        waited for within the grace; the others are asked once."""
         record, earlier, kind, find = self._record, self._earlier, self.earlier_kind, self._find_in_cluster
         if record.try_number <= 1 and earlier is None:
             return None
         digest = attempts.record_digest(record)
-        members = self.task_request.clusters or [c.name for c in self.federation_hook.spec.clusters]
+        spec_members = [c.name for c in self.federation_hook.spec.clusters]
+        members = list(dict.fromkeys([*(self.task_request.clusters or []), *spec_members]))
         # Where the work may still run: the earlier try's last pod, or the one that try found silent.
         last = earlier.last_known if earlier is not None else None
         found: list[tuple[str, Any]] = []
         for cluster in members:
             where_it_ran = last is not None and last.cluster == cluster
-            # A pod seen ended whose cluster then went silent ("lost") is waited for even when
-            # preemptible: its work is done, it must be adopted, not run again.
-            ended_there = where_it_ran and last is not None and last.outcome == "lost"
+            # A pod whose end nobody read is waited for even when preemptible: one seen ended whose
+            # cluster then went silent ("lost"), and one a try that died left "running" (its process
+            # killed with its supervisor, nobody watched it since: it may have run to the end). Its work
+            # may be done: it must be adopted, not run again. A preemptible task moves only from a pod it
+            # saw running when its cluster went silent.
+            ended_there = where_it_ran and last is not None and last.outcome in ("lost", "running")
             wait = self._result_grace() if ended_there else self._grace() if where_it_ran else 0.0
-            deadline = time.monotonic() + wait
+            deadline, waiting = time.monotonic() + wait, False
             while True:
                 try:
                     self.use_cluster(cluster)
@@ -178,6 +201,20 @@ class EarlierTries(KubernetesPodOperator):
                     break
                 except Exception as exc:
                     if time.monotonic() < deadline:
+                        if not waiting and last is not None:
+                            waiting = True
+                            self.log.warning(
+                                "The earlier try's %s %s may have run to the end in %s (%s), which does not "
+                                "answer: waiting up to %gs for it, not starting the work elsewhere: %s",
+                                kind,
+                                last.pod,
+                                cluster,
+                                "its try ended without word of it"
+                                if last.outcome == "running"
+                                else f"last seen {last.outcome}",
+                                wait,
+                                self.pod_manager.reason(exc),
+                            )
                         time.sleep(2.0)
                         continue
                     if where_it_ran and (not self.preemptible or ended_there):

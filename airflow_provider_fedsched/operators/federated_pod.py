@@ -273,6 +273,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             adopted = self._adopt_unsearched(context) if record.unsearched else None
             if adopted is not None:
                 self.federation_hook.release(str(decision.cluster), reserved)
+                if adopted.outcome == "succeeded":
+                    return None  # an earlier try's pod Succeeded: its success was taken
                 try:
                     return self._run_attempt(context, adopted)
                 except ClusterLeft:
@@ -417,6 +419,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         self._created = None
         self._watch.reset(self._grace(), self._result_grace())
         self.schedule_timeout_seconds = int(max(float(self.unschedulable_grace_seconds), 2.0))
+        fences = None if self.deferrable else self._watch_fenced(attempt)
         try:
             if self.deferrable:
                 # Creates the pod and defers to the pod trigger (TaskDeferred). Returns only when the pod
@@ -427,12 +430,19 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         except TaskDeferred:
             raise
         except Exception as exc:
+            if fences is not None:
+                fences.stop()
+                if fences.took is not None:  # a fenced copy Succeeded: this one was stopped
+                    return self._take_fenced(context, attempt, fences.took)
             if self._settled:
                 raise
             outcome = self._after_failure(context, attempt, exc)
             if outcome is None:
                 return None  # the pod Succeeded before its cluster went silent: the try succeeds
             raise outcome from exc
+        finally:
+            if fences is not None:
+                fences.stop()
         if attempt.outcome == "running":  # else written down before its pod was deleted
             self._finish(context, attempt, "succeeded", "")
         return result

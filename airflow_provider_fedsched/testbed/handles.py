@@ -18,6 +18,7 @@ from kubernetes import client
 
 from airflow_provider_fedsched.sim.handles import MemberHandle, wait_for
 from airflow_provider_fedsched.testbed.cluster import (
+    ADMIN_USER,
     PROVIDER_ACCOUNT,
     PROVIDER_NAMESPACE,
     TestbedCluster,
@@ -289,9 +290,12 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
 
     def request_counts(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}
+        people = {ADMIN_USER, f"system:serviceaccount:{PROVIDER_NAMESPACE}:{PROVIDER_ACCOUNT}"}
         for event in self._audit_events():
             if event.get("stage") not in ("ResponseComplete", "Panic"):
                 continue
+            if event.get("user", {}).get("username") not in people:
+                continue  # the components' pod writes, audited for the soak, are no client's requests
             if event.get("objectRef", {}).get("resource") == "leases":
                 continue  # the placement ledger's bookkeeping, which the simulator does not count either
             key = (
