@@ -42,7 +42,7 @@ from airflow_provider_fedsched.federation.request import Toleration, tolerates_a
 from airflow_provider_fedsched.federation.resources import CPU, GPU, GPU_MILLI, MEMORY, ResourceList
 
 if TYPE_CHECKING:
-    from airflow_provider_fedsched.federation.columns import Batch, Floats, Positions
+    from airflow_provider_fedsched.federation.columns import Batch, FederationColumns, Floats, Positions
     from airflow_provider_fedsched.federation.fragmentation import (
         Bools,
         GpuView,
@@ -206,6 +206,7 @@ def forget() -> None:
         _WORKLOADS.clear()
         _OWN.clear()
         _REPORTS.clear()
+        _FLAGS.clear()
 
 
 def _workload(shapes: Sequence[WorkloadShape], own: TaskShape) -> Workload:
@@ -345,8 +346,14 @@ def _measurable(name: str, snapshot: ClusterSnapshot, index: ClusterIndex | None
     reports a workload its cpu could get in the way of. Otherwise (no GPUs, only ``fedsched.io/gpu-milli``
     totals, or a task without GPU measured against its own shape, which uses no GPU) the score is neutral,
     and no numpy is loaded for it."""
-    if not snapshot.nodes or not (shape.gpus or snapshot.workload):
-        return False
+    return (
+        bool(snapshot.nodes)
+        and bool(shape.gpus or snapshot.workload)
+        and _tells_devices(name, snapshot, index)
+    )
+
+
+def _tells_devices(name: str, snapshot: ClusterSnapshot, index: ClusterIndex | None) -> bool:
     if index is not None and index.total_allocatable.get(GPU, 0):
         return True
     known = _REPORTS.get(name)
@@ -355,6 +362,33 @@ def _measurable(name: str, snapshot: ClusterSnapshot, index: ClusterIndex | None
             _REPORTS.clear()
         known = _REPORTS[name] = (snapshot, any(node.gpus is not None for node in snapshot.nodes))
     return known[1]
+
+
+_FLAGS: dict[int, tuple[object, Bools, Bools]] = {}
+
+
+def _flags(columns: FederationColumns) -> tuple[Bools, Bools]:
+    """Per cluster of these columns (built once per set of snapshot objects): whether its snapshot has
+    nodes and tells GPU devices, and whether it reports a workload."""
+    import numpy as np
+
+    with _LOCK:
+        known = _FLAGS.get(id(columns))
+        if known is not None and known[0] is columns:
+            return known[1], known[2]
+        names, snapshots, indexes = columns.spec.names, columns.snapshots, columns.indexes
+        devices = np.array(
+            [
+                snapshot is not None and bool(snapshot.nodes) and _tells_devices(name, snapshot, index)
+                for name, snapshot, index in zip(names, snapshots, indexes, strict=True)
+            ],
+            np.bool_,
+        )
+        workload = np.array([s is not None and bool(s.workload) for s in snapshots], np.bool_)
+        if len(_FLAGS) > 8:
+            _FLAGS.clear()
+        _FLAGS[id(columns)] = (columns, devices, workload)
+        return devices, workload
 
 
 @dataclass(slots=True)
@@ -411,7 +445,8 @@ class Fragmentation(ScorePlugin):
         return [min(100.0, max(0.0, value)) for value in raw]
 
     def score_all(self, state: CycleState, batch: Batch, positions: Positions) -> Floats:
-        """50 for the clusters with nothing to measure, without a view each; the rest by :meth:`score`."""
+        """50 for the clusters with nothing to measure (:func:`_measurable`, as columns), without a view
+        each; the rest by :meth:`score`."""
         import numpy as np
 
         data: _FragmentationData = state.data[_DATA.name]
@@ -419,20 +454,10 @@ class Fragmentation(ScorePlugin):
         shape = data.shape
         if shape is None:
             return raw
-        columns, names = batch.columns, batch.spec.names
-        snapshots, indexes = columns.snapshots, columns.indexes
-        listed = list(enumerate(positions.tolist()))
-        if not shape.gpus:  # most clusters, for a task without GPU: no workload reported, 50
-            listed = [(i, p) for i, p in listed if (known := snapshots[p]) is not None and known.workload]
-        with _LOCK:
-            measured = [
-                (i, position)
-                for i, position in listed
-                if (snapshot := snapshots[position]) is not None
-                and _measurable(names[position], snapshot, indexes[position], shape)
-            ]
-        for i, position in measured:
-            raw[i] = self.score(state, batch.view(position))
+        devices, workload = _flags(batch.columns)
+        measured = devices[positions] if shape.gpus else devices[positions] & workload[positions]
+        for i in np.flatnonzero(measured).tolist():
+            raw[i] = self.score(state, batch.view(int(positions[i])))
         return raw
 
     def normalize_all(self, raw: Floats) -> Floats:
