@@ -29,6 +29,7 @@ from airflow_provider_fedsched.federation.limits import (
 )
 
 if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.resources import ResourceList
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
     from airflow_provider_fedsched.federation.spec import FederationSpec
     from airflow_provider_fedsched.sim.config import SimConfig
@@ -354,9 +355,13 @@ def airflow_lookup_context() -> Iterator[None]:
 
 
 def live_snapshots(
-    spec: FederationSpec, kubeconfig: str | None, timeout: float
+    spec: FederationSpec,
+    kubeconfig: str | None,
+    timeout: float,
+    limits: dict[str, dict[str, ResourceList]] | None = None,
 ) -> dict[str, ClusterSnapshot]:
     """Every member's snapshot, read now; every problem becomes a :class:`UsageError` or a reason.
+    ``limits`` receives each answering member's hard quota limits per namespace.
 
     With a kubeconfig the clusters are read directly (no Airflow import: about a second for a few local
     clusters); without one, members resolve through their Airflow connections, as the operator resolves
@@ -367,7 +372,7 @@ def live_snapshots(
         raise UsageError(f"--timeout: must be in (0, {MAX_TIMEOUT:g}] seconds (got {timeout:g})")
     if kubeconfig is not None:
         check_kubeconfig_file(spec, kubeconfig)
-        return _snapshots_from_kubeconfig(spec, kubeconfig, timeout)
+        return _snapshots_from_kubeconfig(spec, kubeconfig, timeout, limits)
     from airflow_provider_fedsched.hooks.federation import FederationHook
     from airflow_provider_fedsched.kube.access import ClusterAccessError, MissingConnection
     from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
@@ -386,7 +391,10 @@ def live_snapshots(
             pass  # the collection reports it as the member's reason
     if missing:
         raise UsageError("; ".join(missing))
-    return hook.collect()
+    snapshots = hook.collect()
+    if limits is not None:
+        limits.update({name: hook.state.quota_limits.get(name) for name in snapshots})
+    return snapshots
 
 
 def check_kubeconfig_file(spec: FederationSpec, kubeconfig: str) -> None:
@@ -407,7 +415,10 @@ def check_kubeconfig_file(spec: FederationSpec, kubeconfig: str) -> None:
 
 
 def _snapshots_from_kubeconfig(
-    spec: FederationSpec, kubeconfig: str, timeout: float
+    spec: FederationSpec,
+    kubeconfig: str,
+    timeout: float,
+    limits: dict[str, dict[str, ResourceList]] | None = None,
 ) -> dict[str, ClusterSnapshot]:
     """Each member through the kubeconfig context named after it, concurrently, each within ``timeout``."""
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
@@ -430,5 +441,5 @@ def _snapshots_from_kubeconfig(
             snapshots[member.name] = ClusterSnapshot(
                 cluster=member.name, observed_at=datetime.now(UTC), reachable=False, reason=exc.problem
             )
-    snapshots.update(run_in_background(collect_snapshots(accesses, timeout)))
+    snapshots.update(run_in_background(collect_snapshots(accesses, timeout, limits)))
     return snapshots

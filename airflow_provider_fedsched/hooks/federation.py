@@ -18,17 +18,15 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_fedsched.federation.costs import decision_costs
+from airflow_provider_fedsched.federation.cycle import FederationView, PlacementCycle, in_flight_of
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.forecast import ForecastModel
 from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.request import TaskRequest
-from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
-from airflow_provider_fedsched.hooks import decisions, ledgers, metrics, planning, sensing, tenancy
-from airflow_provider_fedsched.hooks.parts import FederationView
+from airflow_provider_fedsched.hooks import ledgers, metrics, planning, ports, sensing, tenancy
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
@@ -44,7 +42,6 @@ from airflow_provider_fedsched.state import (
     StateBackend,
     open_backend,
 )
-from airflow_provider_fedsched.state.stores import by_cluster_and_tenant
 
 VARIABLE_PREFIX = "variable:"
 EMBED_LIMIT = 100
@@ -208,16 +205,22 @@ class FederationHook(BaseHook):
 
         ``exclude``: clusters left in this try (considered again once a snapshot taken after
         ``excluded_at`` shows them answering); ``impossible``: clusters found never to fit it (see
-        hooks/decisions.py)."""
-        return decisions.decide(
-            self,
+        the placement cycle, federation/cycle.py)."""
+        return self.cycle.decide(
             request,
-            exclude=exclude or {},
-            excluded_at=excluded_at or {},
-            impossible=impossible or {},
+            exclude=exclude,
+            excluded_at=excluded_at,
+            impossible=impossible,
             policy=policy,
             forecast=forecast,
             now=now,
+        )
+
+    @cached_property
+    def cycle(self) -> PlacementCycle:
+        """The placement cycle over this hook's ports: shared state, the members' ledgers, reclaim."""
+        return PlacementCycle(
+            self.engine, ports.HookState(self), ports.HookLedger(self), ports.HookReclaimer(self)
         )
 
     def view(
@@ -228,11 +231,8 @@ class FederationHook(BaseHook):
         names = list(clusters)
         snapshots = self.snapshots(names, now=now)
         now = datetime.now(UTC) if now is None else now  # a refresh may have taken a moment
-        holds = self.state.reservations.holds(snapshots, now)
-        reservations, by_tenant = by_cluster_and_tenant(holds)
-        in_flight: dict[str, list[ResourceList]] = {}
-        for hold in holds:  # oldest first: the engine charges them in the order they were placed
-            in_flight.setdefault(hold.cluster, []).append(hold.requests)
+        # Oldest first: the engine charges them in the order they were placed.
+        reservations, in_flight, by_tenant = in_flight_of(self.state.reservations.holds(snapshots, now))
         return FederationView(
             snapshots=snapshots,
             cooldowns=self.state.cooldowns.in_force(names, now, namespace=namespace),
@@ -273,35 +273,15 @@ class FederationHook(BaseHook):
         forecast: Mapping[str, float] | None,
     ) -> Decision:
         with _placement_lock if not ledgers.enabled() else contextlib.nullcontext():
-            full: dict[str, str] = {}
-            while True:
-                decision = self.decide(
-                    request,
-                    exclude={**(exclude or {}), **full},
-                    excluded_at=excluded_at,
-                    impossible=impossible,
-                    policy=policy,
-                    forecast=forecast,
-                )
-                if decision.outcome != "placed" or decision.cluster is None:
-                    tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
-                    reclaimed = tenancy.reclaim(self, request, decision)
-                    if reclaimed is not None:
-                        decision.extra["reclaim"] = reclaimed
-                    return decision
-                if not self.reserve(decision.cluster, request, placement_id, policy=policy):
-                    full[decision.cluster] = "its ledger is full: placements of other workers took the room"
-                    continue
-                over = tenancy.admitted(self, request, placement_id, decision.cluster, datetime.now(UTC))
-                if over is not None:
-                    self.release(decision.cluster, placement_id)
-                    decision = tenancy.taken(decision, over)
-                else:
-                    decision.extra["cost"] = decision_costs(self.spec, request, decision)
-                    if request.tenant is not None:
-                        decision.extra["tenant"] = request.tenant
-                tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
-                return decision
+            return self.cycle.place(
+                request,
+                placement_id,
+                exclude=exclude,
+                excluded_at=excluded_at,
+                impossible=impossible,
+                policy=policy,
+                forecast=forecast,
+            )
 
     def reserve(
         self,
@@ -313,17 +293,11 @@ class FederationHook(BaseHook):
     ) -> bool:
         """Hold ``request`` on ``cluster`` until its snapshot shows the pod with ``placement_id``: in the
         cluster's ledger when it keeps one (False when the room is gone), and in shared state."""
-        if ledgers.hold(self, cluster, request, placement_id, policy) is False:
-            return False
-        self.state.reservations.hold(
-            cluster, request.resources, now or datetime.now(UTC), placement_id, tenant=request.tenant
-        )
-        return True
+        return self.cycle.ledger.reserve(cluster, request, placement_id, policy, now)
 
     def release(self, cluster: str, placement_id: str) -> None:
         """Drop the reservation of ``placement_id`` (its pod ended or left the cluster)."""
-        self.state.reservations.release(cluster, placement_id)
-        ledgers.release(self, cluster, placement_id)
+        self.cycle.ledger.release(cluster, placement_id)
 
     def cool_down(
         self, cluster: str, reason: str, now: datetime | None = None, namespace: str | None = None

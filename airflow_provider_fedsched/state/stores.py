@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
+from airflow_provider_fedsched.federation.cycle import in_flight_of
 from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
@@ -291,7 +292,8 @@ class ReservationStore(Store):
     ) -> tuple[dict[str, ResourceList], dict[str, list[tuple[datetime, str, ResourceList]]]]:
         """:meth:`pending` per cluster, and per tenant each pending reservation as ``(at, placement id,
         requests)``, oldest first (one read for both)."""
-        return by_cluster_and_tenant(self.holds(snapshots, now))
+        summed, _, tenants = in_flight_of(self.holds(snapshots, now))
+        return summed, tenants
 
     # Per key, the stored value and the hold it was read as (None: unreadable), shared in the process: a
     # decision reads every reservation in flight, and most were read as they are by the decision before.
@@ -341,37 +343,6 @@ class Hold:
     cluster: str
     tenant: str | None
     requests: ResourceList
-
-
-def by_cluster_and_tenant(
-    holds: Iterable[Hold],
-) -> tuple[dict[str, ResourceList], dict[str, list[tuple[datetime, str, ResourceList]]]]:
-    """Per cluster, what ``holds`` request together; per tenant, its holds as ``(at, placement id,
-    requests)`` in the order given."""
-    result: dict[str, ResourceList] = {}
-    tenants: dict[str, list[tuple[datetime, str, ResourceList]]] = {}
-    for hold in holds:
-        summed = result.get(hold.cluster)
-        if summed is None:
-            summed = result[hold.cluster] = {}
-        for name, amount in hold.requests.items():  # in place: one sum per cluster, not a copy per hold
-            summed[name] = summed.get(name, 0) + amount
-        if hold.tenant:
-            tenants.setdefault(hold.tenant, []).append((hold.at, hold.placement_id, hold.requests))
-    return result, tenants
-
-
-def held_before(holds: Iterable[Hold], cluster: str, placement_id: str) -> list[Hold] | None:
-    """The holds on ``cluster`` ordered before ``placement_id`` (``holds`` oldest first); None when that
-    one is not among them."""
-    earlier: list[Hold] = []
-    for hold in holds:
-        if hold.cluster != cluster:
-            continue
-        if hold.placement_id == placement_id:
-            return earlier
-        earlier.append(hold)
-    return None
 
 
 class LeaseStore(Store):
