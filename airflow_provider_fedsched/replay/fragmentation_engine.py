@@ -1,6 +1,7 @@
-"""fedsched in the fragmentation protocol: the real :class:`FederationEngine` (the production policy, its
-``Fragmentation`` score included) decides the member for each pod from member snapshots, and the member
-binds it with the kube-scheduler's default, preferring the decision's node hint.
+"""fedsched in the fragmentation protocol: the placement cycle a task runs (``federation/cycle.py``, over
+the real :class:`FederationEngine` with the production policy, its ``Fragmentation`` score included)
+decides the member for each pod from member snapshots, and the member binds it with the kube-scheduler's
+default, preferring the decision's node hint.
 
 What the engine sees, as it would from live members: each member's snapshot (every node's allocatable and
 requested cpu, memory and GPU thousandths, its labels, and the free thousandths of each GPU device with
@@ -27,6 +28,7 @@ from airflow_provider_fedsched.federation import (
     NodeSnapshot,
     TaskRequest,
 )
+from airflow_provider_fedsched.federation.cycle import FederationView, FixedState
 from airflow_provider_fedsched.federation.fragmentation import Ints
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import NodeGpus, WorkloadShape
@@ -171,13 +173,15 @@ def run_fedsched(
             retried = False
             for _ in range(len(members) + 2):
                 decisions += 1
-                decision: Decision = engine.decide(
-                    request,
+                inputs = FederationView(
                     views.snapshots,
-                    now=EPOCH + timedelta(seconds=seconds),
+                    {},
+                    {},
+                    EPOCH + timedelta(seconds=seconds),
                     in_flight={n: views.in_flight[n] for n in members if views.in_flight[n]},
-                    exclude=excluded,
                 )
+                cycle = FixedState(federated.spec, inputs).cycle(engine)
+                decision: Decision = cycle.decide(request, exclude=excluded)
                 if decision.outcome == "placed" and decision.cluster is not None:
                     name = decision.cluster
                     member = members[name]
