@@ -8,7 +8,8 @@ target workload could not use. The cluster's raw score is its best node's FGD sc
 ``100 x sigmoid(-gradient / 1000)`` (50: the placement fragments nothing; above 50 it removes
 fragments), used as is (0..100). That node is the decision's hint (``preferred_node``): the operator asks
 the member's scheduler for it as a *preferred* node affinity, so the member still decides. Between nodes
-with the same gradient, the one the member's own scheduler would pick (its ``scoring_strategy``).
+with the same integer score, the first by name (the reference scheduler's tie-break: a fixed order packs
+tied tasks instead of spreading them).
 
 What it reads from a snapshot: each node's free cpu and memory, its GPU devices (``NodeSnapshot.gpus``:
 per-device free thousandths and the GPU model, where the member reports GPU sharing; else whole devices
