@@ -520,15 +520,7 @@ class Injector:
             why = (
                 f"; {kind}task {ti['task_id']}[{ti['map_index']}]'s pod {pod['metadata']['name']} runs there"
             )
-        self.clusters.fault(cluster, "pause-apiserver")
-        self.silent.add(cluster)
-
-        def resume() -> None:
-            self.clusters.fault(cluster, "resume-apiserver")
-            self.silent.discard(cluster)
-
-        self._end(record, seconds, resume)
-        record.target = cluster
+        self._silence(record, cluster, seconds, "pause-apiserver", "resume-apiserver")
         record.detail = f"kube-apiserver SIGSTOPped for {seconds:g}s ({self._relation(seconds)}){why}"
         return True
 
@@ -540,17 +532,22 @@ class Injector:
             if found is None:
                 return None
             cluster = found[0]
-        self.clusters.fault(cluster, "kill-etcd")
-        self.silent.add(cluster)
-
-        def restart() -> None:
-            self.clusters.fault(cluster, "restart-etcd")
-            self.silent.discard(cluster)
-
-        self._end(record, seconds, restart)
-        record.target = cluster
+        self._silence(record, cluster, seconds, "kill-etcd", "restart-etcd")
         record.detail = f"etcd SIGKILLed, started again over its data after {seconds:g}s"
         return True
+
+    def _silence(self, record: FaultRecord, cluster: str, seconds: float, start: str, stop: str) -> None:
+        """Fault ``start`` on ``cluster``'s control plane, undone by ``stop`` after ``seconds``; the member is
+        not read for targets meanwhile (a read of a stopped member would hold the fault's end)."""
+        self.clusters.fault(cluster, start)
+        self.silent.add(cluster)
+
+        def undo() -> None:
+            self.clusters.fault(cluster, stop)
+            self.silent.discard(cluster)
+
+        self._end(record, seconds, undo)
+        record.target = cluster
 
     def _stop_scheduler(self, record: FaultRecord, cluster: str, seconds: float) -> bool:
         self.clusters.fault(cluster, "pause-scheduler")

@@ -117,9 +117,14 @@ def build_request(args: argparse.Namespace) -> TaskRequest:
             expected_duration_seconds=parse_duration(args.duration),
         )
     except SpecError as exc:
-        field = str(exc).removeprefix("request.").split(":")[0].split(".")[0].split("[")[0]
-        option = _OPTIONS.get(field)
-        raise UsageError(f"{option}: {exc}" if option else str(exc)) from None
+        raise _naming_the_option(exc) from None
+
+
+def _naming_the_option(exc: SpecError) -> UsageError:
+    """A problem with a request field, led by the option that filled it."""
+    field = str(exc).removeprefix("request.").split(":")[0].split(".")[0].split("[")[0]
+    option = _OPTIONS.get(field)
+    return UsageError(f"{option}: {exc}" if option else str(exc))
 
 
 def _forecast(items: Sequence[str]) -> dict[str, float] | None:
@@ -200,7 +205,7 @@ def run_place(args: argparse.Namespace) -> int:
         state = FixedState.of(spec, snapshots, now, cooldowns=cooldowns, quotas=quotas)
         decision = what_if(request, state, policy, forecast)
     except SpecError as exc:
-        raise UsageError(str(exc)) from None
+        raise _naming_the_option(exc) from None
     if args.json:
         print_json(decision.to_dict())
     else:

@@ -139,23 +139,16 @@ class Reclaimer(Protocol):
         ...
 
 
-class Pending(Protocol):
-    """A reservation not yet seen in its cluster's snapshot (``state``'s ``Hold`` is one)."""
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A reservation not yet seen in its cluster's snapshot: what shared state holds (``state``'s stores
+    read them back as these) and what a what-if holds for its own placement."""
 
-    @property
-    def at(self) -> datetime: ...
-
-    @property
-    def placement_id(self) -> str: ...
-
-    @property
-    def cluster(self) -> str: ...
-
-    @property
-    def tenant(self) -> str | None: ...
-
-    @property
-    def requests(self) -> ResourceList: ...
+    at: datetime
+    placement_id: str
+    cluster: str
+    tenant: str | None
+    requests: ResourceList
 
 
 # The cycle -----------------------------------------------------------------------------------------------
@@ -585,7 +578,7 @@ class FixedState:
     ) -> str | None:
         inputs = self.inputs
         tenancy = inputs.tenancy or TenantInputs()
-        held = _Held(now or inputs.now, placement_id, cluster, request.tenant, dict(request.resources))
+        held = Pending(now or inputs.now, placement_id, cluster, request.tenant, dict(request.resources))
         return tenant_permit(
             self.spec,
             request,
@@ -603,14 +596,3 @@ class FixedState:
 
     def record(self, request: TaskRequest, placement_id: str, decision: Decision) -> None:
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class _Held:
-    """The what-if's own placement, as the run-time ledger would hold it."""
-
-    at: datetime
-    placement_id: str
-    cluster: str
-    tenant: str | None
-    requests: ResourceList

@@ -8,6 +8,7 @@ takes milliseconds. A cluster that does not answer in time is unavailable, with 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -30,6 +31,7 @@ from airflow_provider_fedsched.hooks import ledgers, metrics, planning, ports, s
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
+    MalformedConnection,
     MissingConnection,
     access_from_extras,
     access_from_kubeconfig_file,
@@ -42,6 +44,7 @@ from airflow_provider_fedsched.state import (
     StateBackend,
     open_backend,
 )
+from airflow_provider_fedsched.validation.connection import extra_problem
 
 VARIABLE_PREFIX = "variable:"
 EMBED_LIMIT = 100
@@ -456,13 +459,51 @@ def _access_from_connection(cluster: str, conn_id: str, namespace: str | None) -
     try:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        raise MissingConnection(cluster, conn_id) from None
+        raise _not_found(cluster, conn_id) from None
     except Exception as exc:  # the secrets backend's own failure: name it, never dump the connection
-        raise ClusterAccessError(
+        raise MalformedConnection(
             cluster, conn_id, f"connection cannot be read ({type(exc).__name__})"
         ) from None
+    # Checked before Airflow reads it: Airflow logs a traceback and reads no extras at all.
+    problem = extra_problem(connection.extra)
+    if problem is not None:
+        raise MalformedConnection(cluster, conn_id, problem)
+    return access_from_extras(cluster, conn_id, connection.conn_type, connection.extra_dejson, namespace)
+
+
+def _not_found(cluster: str, conn_id: str) -> ClusterAccessError:
+    """Why Airflow found no connection ``conn_id``. Airflow also says "not found" when a backend holds it
+    but fails to read it (a database row whose extra is not JSON, logged only at debug level): ask each
+    backend once more and name the one that fails and why; else the connection does not exist."""
     try:
-        extras = connection.extra_dejson
-    except Exception:
-        raise ClusterAccessError(cluster, conn_id, "connection extras are not valid JSON") from None
-    return access_from_extras(cluster, conn_id, connection.conn_type, extras, namespace)
+        from airflow.sdk.execution_time.supervisor import ensure_secrets_backend_loaded
+
+        backends = ensure_secrets_backend_loaded()
+    except Exception:  # an Airflow without this lookup: what Airflow said stands
+        return MissingConnection(cluster, conn_id)
+    for backend in backends:
+        where = f"connection cannot be read from {type(backend).__name__}"
+        try:
+            found = backend.get_connection(conn_id=conn_id)
+            extra = None if found is None else found.extra  # a database row's extra is decrypted here
+        except Exception as exc:
+            # Airflow's own message for a stored extra that is not JSON names the field; any other
+            # exception is named by its type only (its text may quote the connection).
+            if type(exc).__module__.startswith("sqlalchemy"):  # no table yet, or no database at all
+                return MissingConnection(
+                    cluster,
+                    conn_id,
+                    f"connection is in no secrets backend nor AIRFLOW_CONN_{conn_id.upper()}, and the "
+                    f"metadata database cannot be read ({type(exc).__name__}: before `airflow db migrate`?)",
+                )
+            if isinstance(exc, json.JSONDecodeError):  # its position, never the text around it
+                reason = f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+            elif "non-JSON in `extra`" in str(exc):
+                reason = "its extra is not valid JSON"
+            else:
+                reason = type(exc).__name__
+            return MalformedConnection(cluster, conn_id, f"{where}: {reason}")
+        if found is not None:
+            problem = extra_problem(extra) or "Airflow fails on it"
+            return MalformedConnection(cluster, conn_id, f"{where}: {problem}")
+    return MissingConnection(cluster, conn_id)

@@ -70,23 +70,26 @@ class EarlierTries(KubernetesPodOperator):
         return True
 
     def _left_pod_succeeded(self, context: Any) -> bool:
-        """A pod this task left in a silent cluster (fenced, or lost past the grace), in this try or an
-        earlier one, ran to the end meanwhile: the snapshot that deleted it found it Succeeded and wrote
-        that down (``hooks/sensing.py``). Its work is not run again. Not for ``do_xcom_push`` tasks."""
+        """A pod (or Job) this task left in a silent cluster (fenced, or lost past the grace), in this try
+        or an earlier one, ran to the end meanwhile: the snapshot that deleted it found it Succeeded (a Job:
+        complete) and wrote that down (``hooks/sensing.py``). Its work is not run again. Not for
+        ``do_xcom_push`` tasks."""
         if self.do_xcom_push:
             return False
         orphans = self.federation_hook.state.orphans
         tries = [r for r in (self._record, self._earlier) if r is not None]
         # "running": a dead earlier try's pod, fenced by this try when its cluster did not answer.
         left = ("unreachable", "lost", "running")
+        kind = self.earlier_kind
         for attempt in (a for r in tries for a in r.known_attempts if a.outcome in left):
-            if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod):
+            if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod, kind):
+                ended = "Succeeded" if kind == "pod" else "completed"
                 reason = (
-                    f"pod {attempt.pod} Succeeded in {attempt.cluster} while that cluster was silent to "
+                    f"{kind} {attempt.pod} {ended} in {attempt.cluster} while that cluster was silent to "
                     "this task (the snapshot that deleted it saw it end): its work is not run again"
                 )
                 self._succeed_with(context, attempt, reason)
-                orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod)
+                orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod, kind)
                 return True
         return False
 
@@ -108,6 +111,18 @@ class EarlierTries(KubernetesPodOperator):
         """An earlier try's pod of this task instance, running or finished, in any member cluster."""
         found = self._find_earlier(context)
         return None if found is None else self._adopt_found(context, found)
+
+    def _never_doubled(self, context: Any, cluster: str, left: Any, what: str, why: str) -> None:
+        """An earlier try's pod or Job that was not confirmed stopped, with nothing adopted: its work may
+        still run, so a task that is not preemptible is not started again (the try gives up, and the next
+        one waits for that cluster too)."""
+        if self.preemptible:
+            return
+        self._record.left_by_earlier_try = attempts.adopted_attempt(self._record, cluster, left)
+        raise self._give_up(
+            context,
+            f"{what} of an earlier try is not confirmed stopped in {cluster} within {GONE_TIMEOUT:g}s{why}",
+        )
 
     def _adopt_found(self, context: Any, found: list[tuple[str, Any]]) -> Attempt | None:
         """Of an earlier try's pods, the one to watch to its end is adopted; the others are deleted.
@@ -136,15 +151,15 @@ class EarlierTries(KubernetesPodOperator):
             )
             if not self.pod_manager.remove(metadata.namespace, metadata.name, within=GONE_TIMEOUT):
                 self.federation_hook.add_orphan(cluster, metadata.namespace, metadata.name)
-                if chosen is None and not self.preemptible:
-                    # Not confirmed stopped (a terminating pod on a NotReady node runs on): its work may
-                    # still run, so it is not started again; the next try waits for that cluster too.
-                    self._record.left_by_earlier_try = attempts.adopted_attempt(self._record, cluster, pod)
-                    raise self._give_up(
+                if chosen is None:
+                    # A terminating pod on a NotReady node runs on.
+                    self._never_doubled(
                         context,
-                        f"pod {metadata.name} of an earlier try is not confirmed stopped in {cluster} "
-                        f"within {GONE_TIMEOUT:g}s (its node may not answer): its work may still run, so it "
-                        "is not started again; it is deleted when its node answers",
+                        cluster,
+                        pod,
+                        f"pod {metadata.name}",
+                        " (its node may not answer): its work may still run, so it is not started again; it "
+                        "is deleted when its node answers",
                     )
         if chosen is None:
             return None

@@ -16,11 +16,10 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from airflow_provider_fedsched.federation.cycle import in_flight_of
+from airflow_provider_fedsched.federation.cycle import Pending, in_flight_of
 from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
@@ -297,12 +296,12 @@ class ReservationStore(Store):
 
     # Per key, the stored value and the hold it was read as (None: unreadable), shared in the process: a
     # decision reads every reservation in flight, and most were read as they are by the decision before.
-    _read: ClassVar[dict[str, tuple[Any, Hold | None]]] = {}
+    _read: ClassVar[dict[str, tuple[Any, Pending | None]]] = {}
 
-    def holds(self, snapshots: Mapping[str, ClusterSnapshot], now: datetime) -> list[Hold]:
+    def holds(self, snapshots: Mapping[str, ClusterSnapshot], now: datetime) -> list[Pending]:
         """Every reservation not yet seen in its cluster's snapshot nor expired (those are deleted on the
         way), oldest first (by time, then placement id)."""
-        found: list[Hold] = []
+        found: list[Pending] = []
         listed = self.backend.get_many(f"{self.prefix}/reservation/")
         for key in [key for key in self._read if key.startswith(self.prefix) and key not in listed]:
             self._read.pop(key, None)
@@ -315,7 +314,7 @@ class ReservationStore(Store):
                 stored = read_stored(key, raw or None, _reservation)
                 hold = None
                 if stored is not None:
-                    hold = Hold(stored.at, placement_id, cluster, stored.tenant, dict(stored.requests))
+                    hold = Pending(stored.at, placement_id, cluster, stored.tenant, dict(stored.requests))
                 self._read[key] = (raw, hold)
             if hold is None:
                 continue
@@ -332,17 +331,6 @@ class ReservationStore(Store):
             found.append(hold)
         found.sort(key=lambda hold: (hold.at, hold.placement_id))
         return found
-
-
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """One pending reservation."""
-
-    at: datetime
-    placement_id: str
-    cluster: str
-    tenant: str | None
-    requests: ResourceList
 
 
 class LeaseStore(Store):

@@ -258,7 +258,18 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
                 ],
             },
         }
-        return self.create_pod(namespace, body)
+
+        def admitted() -> dict[str, Any]:
+            # The Priority admission plugin reads PriorityClasses from an informer cache, so a class created
+            # a moment ago can still be unknown to it (a 403 naming the class) on a loaded machine.
+            try:
+                return self.create_pod(namespace, body)
+            except client.ApiException as exc:
+                if exc.status == 403 and f"no PriorityClass with name {pc} was found" in str(exc.body):
+                    return {}
+                raise
+
+        return wait_for(admitted, timeout=30.0, interval=0.2, message=f"PriorityClass {pc} admitted")
 
     def set_quota(self, namespace: str, hard: dict[str, str], name: str = "compute") -> dict[str, Any]:
         return self.cluster.set_quota(namespace, hard, name)

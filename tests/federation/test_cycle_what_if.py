@@ -21,12 +21,11 @@ from hypothesis import strategies as st
 
 from airflow_provider_fedsched.cli.place import what_if
 from airflow_provider_fedsched.federation import ClusterSnapshot, TaskRequest, load_spec, parse_resource_list
-from airflow_provider_fedsched.federation.cycle import FixedState
+from airflow_provider_fedsched.federation.cycle import FixedState, Pending
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.tenancy import WaitingTask
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
-from airflow_provider_fedsched.state.stores import Hold
 from tests.federation.helpers import NOW, node
 
 NAMESPACE = "default"
@@ -47,7 +46,7 @@ class World:
     spec: dict[str, Any]
     snapshots: dict[str, ClusterSnapshot]
     hard: dict[str, dict[str, dict[str, int]]]
-    holds: list[Hold]
+    holds: list[Pending]
     cooldowns: dict[str, tuple[datetime, str | None]]
     waiting: list[WaitingTask]
     charges: list[tuple[str, float]]
@@ -120,7 +119,7 @@ def worlds(draw: st.DrawFn) -> World:
         )
     holds = sorted(
         (
-            Hold(
+            Pending(
                 NOW - timedelta(seconds=draw(st.integers(0, 120))),
                 f"r{index}",
                 draw(st.sampled_from(names)),
