@@ -42,7 +42,8 @@ KNOWN_PART_CIRCLES: dict[tuple[str, ...], str] = {}
 FEDERATION_ALLOWED = {"pydantic", "yaml", "numpy"}
 
 DEV_TOOLS = {f"{PACKAGE}.{part}" for part in ("sim", "testbed", "replay", "demo")}
-"""The parts the provider's wheel leaves to the dev tools' distribution (tests/test_distributions.py)."""
+"""The parts the provider's wheel leaves to the dev tools' distribution (tests/test_distributions.py checks
+the two wheels against this list)."""
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,10 @@ from packaging.utils import canonicalize_name
 from airflow_provider_fedsched.cli import DEV_TOOL_VERBS, EXIT_BAD_INPUT
 from airflow_provider_fedsched.cli._common import DEV_TOOLS_DISTRIBUTION
 from airflow_provider_fedsched.get_provider_info import get_provider_info
+from tests.test_architecture import DEV_TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "airflow_provider_fedsched"
-DEV_TOOLS = ("sim/", "testbed/", "replay/", "demo.py")
-"""The package's dev-tool parts, as paths under the package (tests/test_architecture.py: DEV_TOOLS)."""
 DEV_ONLY_REQUIREMENTS = {"matplotlib", "jsonpatch"}
 
 
@@ -87,7 +86,8 @@ def _tree() -> list[str]:
 
 
 def _dev_tool(file: str) -> bool:
-    return file.startswith(DEV_TOOLS)
+    """Whether a file (relative to the package) belongs to a dev-tool part (``sim/api.py``, ``demo.py``)."""
+    return f"{PACKAGE}.{file.split('/')[0].removesuffix('.py')}" in DEV_TOOLS
 
 
 def test_the_provider_wheel_holds_the_provider_only(wheels: dict[str, Wheel]) -> None:
