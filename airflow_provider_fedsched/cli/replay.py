@@ -16,29 +16,17 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_fedsched.cli._common import EXIT_OK, UsageError
 from airflow_provider_fedsched.federation.limits import describe
-from airflow_provider_fedsched.replay.fragmentation import FEDERATION_POLICIES, FIRST_SEED, NODE_POLICIES
-from airflow_provider_fedsched.replay.policies import POLICIES
-from airflow_provider_fedsched.replay.run import ReplayReport, parse_policies, replay
-from airflow_provider_fedsched.replay.scenario import SCENARIOS, seed_3x20
-from airflow_provider_fedsched.replay.simulator import Settings
-from airflow_provider_fedsched.replay.topology import (
-    MAX_REPLAY_CLUSTERS,
-    Federation,
-    build_federation,
-    load_federation_spec,
-)
-from airflow_provider_fedsched.replay.workload import (
-    ReplayInputError,
-    TraceShaping,
-    check_seconds_option,
-    read_nodes,
-    read_pods,
-    shape_trace,
-)
+
+# The replay is a dev tool (the second distribution): imported inside each function, never when the
+# provider's wheel loads this module.
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.replay.run import ReplayReport
+    from airflow_provider_fedsched.replay.simulator import Settings
+    from airflow_provider_fedsched.replay.topology import Federation
 
 __all__ = ["add_parser", "build_workload", "run"]
 
@@ -46,6 +34,10 @@ PROTOCOLS = ("makespan", "fragmentation")
 
 
 def add_parser(subparsers: Any) -> None:
+    from airflow_provider_fedsched.replay.fragmentation import FEDERATION_POLICIES, FIRST_SEED, NODE_POLICIES
+    from airflow_provider_fedsched.replay.policies import POLICIES
+    from airflow_provider_fedsched.replay.scenario import SCENARIOS
+
     parser = subparsers.add_parser(
         "replay",
         help="replay a workload in virtual time through fedsched and every baseline",
@@ -94,6 +86,10 @@ _TRACE_ONLY = {
 
 
 def build_workload(args: argparse.Namespace) -> tuple[Federation, str]:
+    from airflow_provider_fedsched.replay.scenario import seed_3x20
+    from airflow_provider_fedsched.replay.topology import build_federation, load_federation_spec
+    from airflow_provider_fedsched.replay.workload import TraceShaping, read_nodes, read_pods, shape_trace
+
     seed = 0 if args.seed is None else args.seed
     if args.scenario is not None:
         given = [name for name, default in _TRACE_ONLY.items() if getattr(args, name) != default]
@@ -124,6 +120,9 @@ _FRAGMENTATION_ONLY = (("--load", "load"), ("--seeds", "seeds"), ("--jobs", "job
 
 def _validate(args: argparse.Namespace) -> None:
     """Every option checked before any file is read (each error names its option)."""
+    from airflow_provider_fedsched.replay.topology import MAX_REPLAY_CLUSTERS
+    from airflow_provider_fedsched.replay.workload import ReplayInputError, TraceShaping, check_seconds_option
+
     fragmentation = args.protocol == "fragmentation"
     try:
         TraceShaping(
@@ -185,6 +184,10 @@ def _check_plot(plot: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from airflow_provider_fedsched.replay.run import parse_policies
+    from airflow_provider_fedsched.replay.simulator import Settings
+    from airflow_provider_fedsched.replay.workload import ReplayInputError
+
     _validate(args)
     if args.protocol == "fragmentation":
         return _run_fragmentation(args)
@@ -219,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
 def _replay_with_progress(
     federation: Federation, policies: list[str], settings: Settings, workload: str, show: bool
 ) -> ReplayReport:
+    from airflow_provider_fedsched.replay.run import replay
+
     if not show or not sys.stderr.isatty():
         return replay(federation, policies, settings, workload)
     from rich.progress import Progress
@@ -238,6 +243,7 @@ def _run_fragmentation(args: argparse.Namespace) -> int:
     from airflow_provider_fedsched.replay.fragmentation import Protocol, read_pod_list
     from airflow_provider_fedsched.replay.fragmentation_run import default_jobs, policies_for, run_protocol
     from airflow_provider_fedsched.replay.report import plot_fragmentation, render_fragmentation
+    from airflow_provider_fedsched.replay.workload import ReplayInputError, read_nodes
 
     protocol = Protocol(
         load=1.3 if args.load is None else args.load,
