@@ -30,8 +30,8 @@ them with the try's states). A handler of ``TemporaryError`` must not take them.
 def provider_exceptions() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
     for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
-        if module.name.split(".")[1] in DEV_TOOLS:
-            continue
+        if module.name.split(".")[1] in DEV_TOOLS or module.name.endswith(".__main__"):
+            continue  # a __main__ runs its command when imported
         for name, value in vars(importlib.import_module(module.name)).items():
             if (
                 inspect.isclass(value)
