@@ -5,8 +5,15 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# Tests run in parallel (pytest-xdist). Most of them wait on simulated clusters and Airflow processes
+# rather than compute, so more workers than the two cores pay (docs/development.md has the figures);
+# WORKERS=0 runs them in this process, one after another.
+WORKERS ?= 4
+XDIST := -n $(WORKERS) --dist loadgroup
+# The tiers `make test-fast` runs (tests/tiers.py): no Airflow database, no Airflow process, no browser.
+FAST_TIERS := unit or property or sim
 
-.PHONY: install test lint typecheck pytest demo demo-real bench clean soak soak-ci soak-install testbed conformance
+.PHONY: install test test-fast lint typecheck pytest demo demo-real bench clean soak soak-ci soak-install testbed conformance
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet 'uv>=0.13.9'
@@ -26,11 +33,16 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy airflow_provider_fedsched
 
+# Every tier but conformance and soak (pyproject's addopts leave those to their own targets).
 pytest: install
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 # pytest runs last so that its summary line ends the output.
 test: lint typecheck pytest
+
+# The inner loop: unit, property and simulator tests, no lint; PYTEST_ARGS narrows it further.
+test-fast: install
+	$(VENV)/bin/pytest $(XDIST) -m "$(FAST_TIERS)" $(PYTEST_ARGS)
 
 demo: install
 	$(PY) -m airflow_provider_fedsched.demo

@@ -1,4 +1,9 @@
-"""Session-wide test setup: an isolated SQLite Airflow, configured before anything imports airflow."""
+"""Session-wide test setup: an isolated SQLite Airflow, configured before anything imports airflow, and
+each test's tier (tests/tiers.py).
+
+Every process configures its own Airflow home: under pytest-xdist each worker has its own metadata
+database, DAGs folder and Fernet key, so workers share no file.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +11,22 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import airflow_harness
+from tests import airflow_harness, tiers
 
 airflow_harness.configure_environment()
 
 
 @pytest.fixture(scope="session")
 def airflow_db() -> Iterator[None]:
-    """A migrated metadata database, created once per session and removed after it."""
+    """A migrated metadata database, created once per session (per xdist worker) and removed after it."""
     airflow_harness.migrate_database()
     yield
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tiers.check(items)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # The home is removed whether or not a test used it (an xdist controller never migrates its own).
     airflow_harness.remove_home()

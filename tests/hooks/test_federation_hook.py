@@ -22,7 +22,6 @@ from airflow_provider_fedsched.hooks.federation import FederationHook, poll_inte
 from airflow_provider_fedsched.sim import SimFederation
 from airflow_provider_fedsched.state import AirflowVariableStateBackend, FederationState, MemoryStateBackend
 
-pytestmark = pytest.mark.integration
 TIME_SCALE = 0.1
 
 

@@ -398,7 +398,6 @@ def raw_charge(cost: str, now: datetime) -> str:
     return '{"tenant": "team-b", "cost": ' + cost + f', "at": "{now.isoformat()}"}}'
 
 
-@pytest.mark.airflow
 def test_tenants_and_cost_commands_skip_malformed_variables_naming_them(
     airflow_db: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

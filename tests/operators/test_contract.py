@@ -23,7 +23,7 @@ from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation, wait_for
 from tests.operators.test_federated_operator import path, pod_creates, pods_of, run
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 MODES = ["sync", "deferrable"]
 
 

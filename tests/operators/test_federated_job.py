@@ -18,7 +18,7 @@ from tests.operators import test_federated_operator as pod_tests
 from tests.operators.test_contract import Outage
 
 DAG_FILE = Path(__file__).parent / "dags" / "federated_job_dags.py"
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 xcom = pod_tests.xcom
 background = pod_tests.background  # the fixture, shared with the pod operator's tests
 

@@ -19,7 +19,7 @@ from tests.operators.test_contract import Outage
 from tests.operators.test_ended_while_deferred import triggerer_running
 from tests.operators.test_federated_operator import pods_of, run
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 
 
 def test_the_triggerer_deletes_a_pod_written_down_after_the_last_try_ended(

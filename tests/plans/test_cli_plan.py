@@ -37,7 +37,7 @@ def restored_environment() -> Iterator[None]:
         del os.environ[key]
 
 
-@pytest.mark.integration
+@pytest.mark.sim
 def test_dry_run_prints_plans_for_the_scheduled_federated_dag_only(
     dags_folder: Path, capsys: pytest.CaptureFixture[str], restored_environment: None
 ) -> None:

@@ -296,7 +296,7 @@ def test_a_pod_running_long_after_its_task_ended_is_reported_but_does_not_fail_t
     assert result.clean
 
 
-@pytest.mark.integration
+@pytest.mark.sim
 def test_the_auditor_reads_a_simulated_clusters_journal_over_http(tmp_path: Any) -> None:
     """Two pods of one task both run to Succeeded on a real simulated cluster: one duplicate; a third pod
     that is never deleted is left behind; the auditor sees them through the control endpoint."""
