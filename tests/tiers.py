@@ -4,14 +4,15 @@ A tier follows from what the test uses, so that a new test lands in the right on
 
 - ``conformance``: collected under tests/conformance (real control planes; `make conformance`);
 - ``airflow``: uses the ``airflow_db`` fixture (Airflow's metadata database, DAG runs, Airflow processes);
+  a test that starts Airflow (or ``fedsched`` verbs that load it) in processes of its own says so;
 - ``sim``: uses a simulated federation fixture (``fed``, ``small_fed``, ``sim_federation``, ...);
 - ``property``: a hypothesis test;
 - ``unit``: none of these.
 
-A module or test may say its tier with a marker where the fixtures do not show it (a test that starts its
-own simulator is ``sim``; the browser test is ``browser``; ``soak`` is the soak's own deployment). A
-marker may only name a tier at least as heavy as the one its fixtures imply, and a test has one tier
-marker at most: a test that uses the Airflow database is never run by `make test-fast`.
+A module or test may say its tier with a marker where the fixtures do not show it: a test that starts its
+own simulator, in its process or another, is ``sim``; the browser test is ``browser``; ``soak`` needs the
+soak's own deployment. A marker may only name a tier at least as heavy as the one its fixtures imply, and
+a test has one tier marker at most: a test that uses the Airflow database is never run by `make test-fast`.
 """
 
 from __future__ import annotations

@@ -162,6 +162,7 @@ def test_single_flight_refresh_one_cluster_read_for_many_concurrent_tasks(
     }
 
 
+@pytest.mark.sim  # starts a simulator of its own
 def test_reservations_prevent_over_placement_in_a_burst(tmp_path: Path) -> None:
     config = {
         "time_scale": TIME_SCALE,

@@ -348,6 +348,7 @@ def test_sim_up_refuses_a_state_dir_that_is_a_file(tmp_path: Path) -> None:
     assert path.read_text() == "mine\n"
 
 
+@pytest.mark.sim  # starts a simulator of its own
 def test_sim_up_refuses_a_state_dir_a_running_simulator_serves(tmp_path: Path) -> None:
     from airflow_provider_fedsched.sim import SimFederation
 
@@ -368,6 +369,7 @@ def test_cost_on_a_spec_without_tenants_exits_2(tmp_path: Path) -> None:
     check(*run_bounded(lambda: cli_outcome(["cost", "--federation", str(path)])), "exit", 2, "no tenants")
 
 
+@pytest.mark.airflow  # four `fedsched` processes, each loading Airflow
 def test_commands_before_airflow_db_migrate_say_so_in_one_line(tmp_path: Path) -> None:
     """A fresh Airflow home, never migrated: one line naming `airflow db migrate`, exit 2, no traceback."""
     spec = tmp_path / "fed.yaml"
