@@ -15,6 +15,9 @@ from tests import airflow_harness, tiers
 
 airflow_harness.configure_environment()
 
+# tests/test_tiers.py runs pytest on small generated suites, in this process.
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture(scope="session")
 def airflow_db() -> Iterator[None]:

@@ -3,10 +3,7 @@ pyproject registers and the Makefile selects are the tiers of tests/tiers.py (do
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -69,41 +66,34 @@ def test_browser(airflow_db): pass
 """
 
 
-def collected(folder: Path, *args: str) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    quiet = ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", *quiet, "--rootdir", str(folder), str(folder), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=folder,
-        timeout=120,
+def collected(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_inprocess(
+        "--collect-only", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", *args
     )
-    return run.returncode, run.stdout + run.stderr
 
 
-def names(output: str) -> set[str]:
-    return {line.split("::", 1)[1] for line in output.splitlines() if "::" in line}
+def names(result: pytest.RunResult) -> set[str]:
+    return {line.split("::", 1)[1] for line in result.outlines if "::" in line}
 
 
-def test_a_tier_follows_from_the_fixtures_and_a_marker_may_only_raise_it(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text(CONFTEST)
-    (tmp_path / "test_cases.py").write_text(TESTS)
+def test_a_tier_follows_from_the_fixtures_and_a_marker_may_only_raise_it(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_cases=TESTS)
 
-    selected = {tier: collected(tmp_path, "-m", tier) for tier in ("unit", "property", "sim", "airflow")}
-    assert {tier: code for tier, (code, _) in selected.items()} == dict.fromkeys(selected, 0)
-    assert names(selected["unit"][1]) == {"test_plain"}
-    assert names(selected["property"][1]) == {"test_property"}
-    assert names(selected["sim"][1]) == {"test_on_the_sim", "test_starts_its_own_simulator"}
-    assert names(selected["airflow"][1]) == {"test_on_airflow", "test_on_the_operators_federation"}
+    selected = {tier: collected(pytester, "-m", tier) for tier in ("unit", "property", "sim", "airflow")}
+    assert {tier: result.ret for tier, result in selected.items()} == dict.fromkeys(selected, 0)
+    assert names(selected["unit"]) == {"test_plain"}
+    assert names(selected["property"]) == {"test_property"}
+    assert names(selected["sim"]) == {"test_on_the_sim", "test_starts_its_own_simulator"}
+    assert names(selected["airflow"]) == {"test_on_airflow", "test_on_the_operators_federation"}
 
     # A marker lighter than the fixtures, or two tiers: the run stops before any test, naming the test.
-    (tmp_path / "test_cases.py").write_text(
-        TESTS + "\n@pytest.mark.sim\ndef test_claims_less(airflow_db): pass\n"
+    pytester.makepyfile(
+        test_cases=TESTS + "\n@pytest.mark.sim\ndef test_claims_less(airflow_db): pass\n"
         "\n@pytest.mark.sim\n@pytest.mark.airflow\ndef test_two_tiers(airflow_db): pass\n"
     )
-    code, output = collected(tmp_path)
-    assert code != 0
+    refused = collected(pytester)
+    output = "\n".join(refused.outlines + refused.errlines)
+    assert refused.ret != 0
     assert "test_claims_less: marked sim but its fixtures make it airflow" in output
     assert "test_two_tiers: more than one tier marker" in output
