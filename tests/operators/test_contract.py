@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation, wait_for
@@ -36,16 +37,29 @@ def pod_of(fed: SimFederation, dag_id: str, cluster: str, phase: str) -> dict[st
 
 
 class Outage:
-    """Takes ``cluster`` down for ``seconds`` once the task's pod reaches ``phase``.
+    """Takes ``cluster`` down once the task's pod reaches ``phase``; up again after ``seconds``, or once
+    ``until()`` is true (an event: the pod ended meanwhile), or, with neither, when the ``with`` block
+    ends: for a try that must give up on the silent cluster, the outage then lasts exactly as long as the
+    try waited, however long that takes on a busy machine.
 
     Pending and Running last: a background thread sees them and takes the cluster down. A terminal phase
     is fleeting (the operator deletes the pod at once), so then the outage begins in the very store
     update that ends the pod (a listener of the simulated API server's store): no client reads it first.
     """
 
-    def __init__(self, fed: SimFederation, dag_id: str, cluster: str, phase: str, seconds: float) -> None:
+    def __init__(
+        self,
+        fed: SimFederation,
+        dag_id: str,
+        cluster: str,
+        phase: str,
+        seconds: float | None = None,
+        until: Callable[[], object] | None = None,
+    ) -> None:
         self.fed, self.dag_id, self.cluster, self.phase, self.seconds = fed, dag_id, cluster, phase, seconds
+        self.until = until
         self.down_at: float | None = None
+        self.lifted = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.terminal = phase in ("Succeeded", "Failed")
         self._down: set[asyncio.Future[None]] = set()
@@ -59,7 +73,12 @@ class Outage:
             self.down_at = time.monotonic()
         else:
             wait_for(lambda: self.down_at is not None, timeout=120, interval=0.05)
-        time.sleep(self.seconds)
+        if self.until is not None:
+            wait_for(self.until, timeout=120, interval=0.05)
+        elif self.seconds is None:
+            self.lifted.wait()
+        else:
+            time.sleep(self.seconds)
         self.fed[self.cluster].faults.up()
 
     def _on_event(self, event: Any) -> None:  # in the simulator's thread
@@ -87,6 +106,7 @@ class Outage:
         handle = self.fed[self.cluster]
         if self.terminal:
             handle.call(handle.store.listeners.remove, self._on_event)
+        self.lifted.set()
         self.thread.join(timeout=180)
         handle.faults.up()
         if exc[0] is None:
@@ -144,7 +164,11 @@ def test_a_pod_that_succeeded_during_the_outage_is_adopted_never_rerun(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str, capfd: Any
 ) -> None:
     dag_id = f"fed_outage_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):  # the pod runs 4 s
+
+    def ended() -> object:  # the outage lasts until the pod has Succeeded (it runs 4 s)
+        return pod_of(sim_federation, dag_id, "east-cpu", "Succeeded")
+
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", until=ended):
         state, record, _ = run(dag_id)
 
     assert state == "success" and record is not None
@@ -158,7 +182,7 @@ def test_outage_longer_than_the_grace_fails_the_try_and_never_runs_the_work_twic
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
 ) -> None:
     dag_id = f"fed_outage_lost_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=12):
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
         state, record, _ = run(dag_id)
         assert state == "failed" and record is not None
         assert creates() == 1  # west-general was allowed, but the work was not started there
@@ -180,7 +204,7 @@ def test_the_end_of_any_try_cleans_up_a_pod_left_in_a_cluster_that_answers_again
     because the load had ended and no decision refreshed that cluster's snapshot. Every try now refreshes,
     at its end, the snapshots of clusters where pods are written down."""
     dag_id = "fed_outage_lost_sync"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
         state, record, _ = run(dag_id)
         assert state == "failed" and record is not None
     (attempt,) = record["attempts"]
@@ -202,7 +226,7 @@ def test_outage_while_pending_longer_than_the_grace_fails_the_try_and_never_runs
     east = sim_federation["east-cpu"]
     east.scheduler.pause()  # the pod stays Pending while its cluster is down
     try:
-        with Outage(sim_federation, dag_id, "east-cpu", "Pending", seconds=12):
+        with Outage(sim_federation, dag_id, "east-cpu", "Pending"):
             state, record, _ = run(dag_id)
             assert state == "failed" and record is not None
             assert creates() == 1  # a Pending pod may still start: the work is not started elsewhere
@@ -235,7 +259,7 @@ def test_a_preemptible_task_moves_at_once_and_fences_its_old_pod(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str, capfd: Any
 ) -> None:
     dag_id = f"fed_outage_preemptible_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=20) as outage:
+    with Outage(sim_federation, dag_id, "east-cpu", "Running") as outage:
         state, record, _ = run(dag_id)
         moved_at = time.monotonic()
         assert state == "success" and record is not None
@@ -594,7 +618,17 @@ def test_a_fenced_pod_that_ran_to_the_end_unseen_is_not_run_again(
     answered again, the snapshot that deleted the fenced pod found it Succeeded and wrote that down: the
     task takes that result instead of running the work a second time there."""
     dag_id = f"fed_fenced_ran_to_the_end_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):
+    # The waiting task takes a snapshot of east-cpu again once its last one is older than half the TTL:
+    # 10 s here rather than the fixture's 60 s (the snapshot may be retaken while the cluster is still
+    # silent; the test asserts what the first one that finds it answering does).
+    spec = yaml.safe_load(federation.read_text())
+    spec["policy"]["snapshot_ttl_seconds"] = 20
+    federation.write_text(yaml.safe_dump(spec))
+
+    def ended() -> object:  # the outage lasts until the fenced pod ran to the end (2 s)
+        return pod_of(sim_federation, dag_id, "east-cpu", "Succeeded")
+
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", until=ended):
         state, record, _ = run(dag_id)
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "unreachable"), ("east-cpu", "succeeded")]

@@ -188,7 +188,7 @@ def test_an_outage_longer_than_the_grace_fails_the_try_lost_and_the_job_is_swept
     sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
 ) -> None:
     dag_id = f"gang_outage_lost_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=12):
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
         state, record = run(dag_id)
         assert state == "failed" and record is not None
         assert job_creates() == 1  # north-gpu could take the gang: it was not started there
@@ -209,7 +209,7 @@ def test_a_preemptible_gang_moves_at_once_and_its_old_job_is_fenced(
     sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
 ) -> None:
     dag_id = f"gang_outage_preemptible_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=20):
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
         state, record = run(dag_id)
         assert state == "success" and record is not None
         assert path(record) == [("east-cpu", "unreachable"), ("north-gpu", "succeeded")]

@@ -26,7 +26,7 @@ def test_the_triggerer_deletes_a_pod_written_down_after_the_last_try_ended(
     sim_federation: SimFederation, federation: Path
 ) -> None:
     dag_id = "fed_outage_lost_sync"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
         state, record, _ = run(dag_id)
         assert state == "failed" and record is not None
     (attempt,) = record["attempts"]
