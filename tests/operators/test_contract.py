@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -74,7 +75,7 @@ class Outage:
         else:
             wait_for(lambda: self.down_at is not None, timeout=120, interval=0.05)
         if self.until is not None:
-            wait_for(self.until, timeout=120, interval=0.05)
+            wait_for(self.until, timeout=120, interval=0.2)
         elif self.seconds is None:
             self.lifted.wait()
         else:
@@ -442,9 +443,24 @@ def test_a_retry_adopts_the_pod_its_earlier_try_wrote_down_and_takes_it_off_the_
 ) -> None:
     """Try 1 gives up on a silent cluster and writes its pod down; try 2 finds the pod running there and
     adopts it. The pod must leave the orphan list, or the next snapshot would delete work being watched."""
+    from tests.operators import outage_trigger
+
     dag_id = "fed_outage_lost_retry"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=10):
-        state, record, _ = run(dag_id)
+    east = sim_federation["east-cpu"]
+    tries: list[int] = []
+
+    def before_looking(try_number: int) -> None:
+        tries.append(try_number)
+        if try_number == 2:  # the cluster answers again as try 2 looks for try 1's pod
+            east.faults.up()
+
+    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = before_looking
+    try:
+        with Outage(sim_federation, dag_id, "east-cpu", "Running"):
+            state, record, _ = run(dag_id)
+    finally:
+        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
+    assert tries == [1, 2]
     assert state == "success" and record is not None
     assert record["try_number"] == 2
     (attempt,) = record["attempts"]
@@ -640,9 +656,21 @@ def test_a_fenced_pod_that_ran_to_the_end_unseen_is_not_run_again(
     assert not orphans.was_swept_succeeded("east-cpu", left["namespace"], left["pod"])  # taken: forgotten
 
 
+@pytest.fixture
+def short_gone_timeout(monkeypatch: pytest.MonkeyPatch) -> float:
+    """How long a try waits for a deletion to be confirmed before it counts as not confirmed
+    (``GONE_TIMEOUT``, 60 s in production): 5 s, for a test whose pod is never confirmed gone (its node
+    does not answer), so that any length gives the same outcome. Set wherever the operators import it."""
+    seconds = 5.0
+    for name, module in list(sys.modules.items()):
+        if name.startswith("airflow_provider_fedsched.operators") and hasattr(module, "GONE_TIMEOUT"):
+            monkeypatch.setattr(module, "GONE_TIMEOUT", seconds)
+    return seconds
+
+
 @pytest.mark.timeout(600)
 def test_a_pod_on_a_node_that_stopped_answering_is_never_run_a_second_time(
-    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], short_gone_timeout: float
 ) -> None:
     """Soak finding (CeleryExecutor): a task's pod kept running on a node that went NotReady; the try was
     lost past the grace and its pod deleted with no grace period, which removes it from the API at once
