@@ -28,6 +28,24 @@ def airflow_db() -> Iterator[None]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tiers.check(items)
+    for item in items:
+        if own_module_fixture(item):
+            # Under pytest-xdist (--dist loadgroup) the module's tests share one worker, so its expensive
+            # module fixture (an Airflow deployment, a simulator) is set up once, not once per worker.
+            item.add_marker(pytest.mark.xdist_group(name=item.nodeid.split("::", 1)[0]))
+    # The slowest tiers first: in parallel, the short unit tests fill the workers' last minutes.
+    items.sort(key=lambda item: -tiers.TIERS.index(tiers.tier_of(item)[0]))
+
+
+def own_module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a module-scoped fixture defined in its own module."""
+    info = getattr(item, "_fixtureinfo", None)
+    module = item.nodeid.split("::", 1)[0]
+    return info is not None and any(
+        definition.scope == "module" and definition.baseid == module
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
