@@ -38,8 +38,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
         for item in items:
             in_group(item)
-    # The slowest tiers first: in parallel, the short unit tests fill the workers' last minutes.
-    items.sort(key=lambda item: -tiers.TIERS.index(tiers.tier_of(item)[0]))
 
 
 def in_group(item: pytest.Item) -> None:
