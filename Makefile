@@ -13,7 +13,7 @@ XDIST := -n $(WORKERS) --dist loadgroup
 # The tiers `make test-fast` runs (tests/tiers.py): no Airflow database, no Airflow process, no browser.
 FAST_TIERS := unit or property or sim
 
-.PHONY: install test test-fast lint typecheck pytest demo demo-real bench clean soak soak-ci soak-install testbed conformance
+.PHONY: install test test-fast lint typecheck pytest demo demo-real bench clean soak soak-ci soak-sim soak-install testbed conformance
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet 'uv>=0.13.9'
@@ -52,7 +52,8 @@ demo: install
 demo-real: install testbed
 	$(PY) -m airflow_provider_fedsched.testbed.demo
 
-bench: install
+# About 10 minutes (docs/benchmarks.md); the throughput benchmark needs the soak's PostgreSQL driver.
+bench: install soak-install
 	$(PY) benchmarks/bench_engine.py
 	$(PY) benchmarks/bench_gang.py
 	$(PY) benchmarks/bench_sim.py
@@ -62,6 +63,7 @@ bench: install
 	$(PY) benchmarks/bench_history_api.py
 	$(PY) benchmarks/bench_cli.py
 	$(PY) benchmarks/bench_input_limits.py
+	$(SOAK_VENV)/bin/python benchmarks/bench_throughput.py
 
 # Real control planes (kube-apiserver, controller-manager, scheduler v1.36, etcd 3.6, kwok 0.8) built from
 # the Go module proxy into .testbed/bin, once per machine (docs/testbed.md).
@@ -73,26 +75,35 @@ conformance: install testbed
 	$(PY) -m tests.conformance.run $(PYTEST_ARGS)
 
 # The soak (docs/reliability.md): a real multi-process Airflow on PostgreSQL (installed from Debian's
-# packages and started on loopback when absent) runs a federated load over five simulated clusters while
-# faults are injected; an auditor reads the clusters' own records. Each run ends with one `soak:` line.
-# It has a virtualenv of its own (the lock's `soak` group: celery provider, PostgreSQL drivers), so that
-# `make test` never sees the Celery provider.
+# packages and started on loopback when absent) runs a federated load on the test bed's real control planes
+# (five members; the shipped deploy/ manifests as the provider's only permissions; the members as
+# connections in Airflow's database) while faults are injected on their real parts; an auditor reads the
+# API servers' audit logs. Each run ends with one `soak:` line. `soak-sim` runs the same load on the
+# simulated clusters (no Go toolchain needed). It has a virtualenv of its own (the lock's `soak` group:
+# celery provider, PostgreSQL drivers), so that `make test` never sees the Celery provider.
 SOAK_VENV := .venv-soak
 
 soak-install: $(SOAK_VENV)/.installed
 
 $(SOAK_VENV)/.installed: pyproject.toml uv.lock | $(UV)
-	UV_PROJECT_ENVIRONMENT=$(SOAK_VENV) $(UV) sync --frozen --group soak
+	UV_PROJECT_ENVIRONMENT=$(SOAK_VENV) $(UV) sync --frozen --group soak --compile-bytecode
 	touch $@
 
-# >= 200 tasks, LocalExecutor, then CeleryExecutor (Redis broker, two workers); about 35 min each on 2 cores.
-soak: soak-install
+# >= 200 tasks, LocalExecutor, then CeleryExecutor (Redis broker, two workers), on the test bed.
+soak: soak-install testbed
 	@rc=0; for executor in local celery; do \
-		$(SOAK_VENV)/bin/python -m soak --profile full --executor $$executor || rc=1; done; exit $$rc
+		$(SOAK_VENV)/bin/python -m soak --ground testbed --profile full --executor $$executor || rc=1; done; exit $$rc
 
-# The CI-sized soak: 40 tasks, LocalExecutor on PostgreSQL, four faults; 8-15 min (docs/benchmarks.md).
-soak-ci: soak-install
-	$(SOAK_VENV)/bin/python -m soak --profile ci --executor local
+# The CI-sized soak on the test bed: 42 tasks (two of them 3-pod gang Jobs), LocalExecutor on PostgreSQL,
+# seven faults (a kube-apiserver SIGSTOPped under a non-deferrable task's pod, etcd killed, a node NotReady,
+# the metadata database restarted...).
+soak-ci: soak-install testbed
+	$(SOAK_VENV)/bin/python -m soak --ground testbed --profile ci --executor local
+
+# The same soak on the simulated clusters (their journals are the record), both executors.
+soak-sim: soak-install
+	@rc=0; for executor in local celery; do \
+		$(SOAK_VENV)/bin/python -m soak --ground sim --profile full --executor $$executor || rc=1; done; exit $$rc
 
 clean:
 	rm -rf $(VENV) $(SOAK_VENV) .tools .pytest_cache .mypy_cache .ruff_cache .soak

@@ -1,31 +1,37 @@
-"""Decision latency of the federation engine at 10, 100 and 1,000 clusters of 50 nodes each.
+"""Decision latency and memory of the federation engine at 100, 1,000 and 10,000 clusters of 50 nodes.
 
-Run: ``.venv/bin/python benchmarks/bench_engine.py [--quick]``
+Run: ``.venv/bin/python benchmarks/bench_engine.py [--quick] [--sizes 100,1000,10000]``
 
 Federations are generated from a fixed seed: 10 regions in 5 proximity groups, a tenth of the clusters
-with a tainted GPU pool, nodes 20-95% requested, some nodes not ready, 20 datasets of which half are
-region-restricted. Each decision draws one of four request shapes (CPU only; CPU reading datasets; GPU with
-a toleration; CPU with a node selector and a preferred region).
+with a tainted GPU pool, nodes 20-95% requested, some nodes not ready, some snapshots past the 15 s TTL,
+a seventh of the clusters with a namespace quota, 20 datasets of which half are region-restricted. Each
+decision draws one of four request shapes (CPU only; CPU reading datasets; GPU with a toleration; CPU with
+a node selector and a preferred region).
 
-Reported per size:
-- ``first``: the first decision, which builds every snapshot's index (once per snapshot);
-- ``p50``/``p99``: decisions after that warm-up;
-- ``p50``/``p99 without gc.freeze()``: the same decisions before the snapshots are frozen (see below);
-- baseline measured in the same run: the same decision with no precomputed index (every snapshot's index
-  dropped first, so every node of every cluster is scanned and summarised again), as a ratio to p50, and
-  the plain time to iterate the snapshot dict once.
+Each size runs in a fresh process, so that its memory is its own. Per size, one line
 
-The main p50/p99 are taken after ``gc.freeze()``: a long-lived process holding 50,000 nodes of snapshots
-should freeze them after loading, or Python's full collections (which walk every one of those objects,
-~200 ms here) land in whatever code happens to allocate at the time. Both are printed.
+    engine: clusters=C nodes=N p50_ms=X p99_ms=Y rss_mb=Z
+
+(the engine as it decides by default: the columnar snapshot index from 32 clusters on; RSS with the
+snapshots, their index and columns held), then the baseline measured in the same process on the same
+snapshots and requests: the per-cluster scan (``columnar=False``, what every decision was before the
+columnar index). p50/p99 are taken after ``gc.freeze()``, as the previous version of this benchmark did
+(and the figures the goals were set against): a long-lived process holding 50,000 nodes of snapshots
+should freeze them after loading, or Python's full collections, which walk every one of those objects,
+land in whatever code allocates at the time. The same decisions without it are printed beside, with the
+first decision (which builds every snapshot's index and columns). A markdown table follows, with the
+machine's load average before and after each size.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -145,12 +151,6 @@ def requests(seed: int, count: int) -> list[TaskRequest]:
     return [rng.choice(shapes)() for _ in range(count)]
 
 
-def rebuild_indexes(snapshots: dict[str, ClusterSnapshot]) -> None:
-    """Drop every cached index: the next decision scans all nodes again (the no-precomputation baseline)."""
-    for snapshot in snapshots.values():
-        snapshot._index = None
-
-
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -159,6 +159,7 @@ def percentile(samples: list[float], q: float) -> float:
 def timed_decisions(
     engine: FederationEngine, workload: list[TaskRequest], snapshots: dict[str, ClusterSnapshot]
 ) -> tuple[list[float], int]:
+    """Each decision's latency, and how many were placed."""
     latencies: list[float] = []
     placed = 0
     for request in workload:
@@ -169,84 +170,128 @@ def timed_decisions(
     return latencies, placed
 
 
-def measure(clusters: int, decisions: int, seed: int) -> dict[str, float]:
+def rss_mb() -> float:
+    """This process's resident memory (VmRSS), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def measure(clusters: int, decisions: int, baseline_decisions: int, seed: int) -> dict[str, float]:
+    """One size, in this process: the engine, then the per-cluster scan as baseline, on the same
+    snapshots and requests; each with the snapshots frozen (the main figures) and, for the engine, as
+    they are (the collector's full passes included)."""
     spec, snapshots = generate(clusters, seed)
-    engine = FederationEngine(spec)
     workload = requests(seed + 1, decisions)
+    engine = FederationEngine(spec)
+    gc.collect()  # the snapshots loaded, once
     start = time.perf_counter()
-    engine.decide(workload[0], snapshots, now=NOW)  # builds every snapshot's index
+    engine.decide(workload[0], snapshots, now=NOW)  # builds every snapshot's index and columns
     first = time.perf_counter() - start
-    # As-is first: the cyclic collector walks every snapshot object now and then, and that pause lands in
-    # whichever decision allocates at the time.
+    scan = FederationEngine(spec, columnar=False)
+    scan.decide(workload[0], snapshots, now=NOW)
     unfrozen, _ = timed_decisions(engine, workload, snapshots)
-    # Then as recommended for a long-lived process holding large snapshots: gc.freeze() after loading
-    # them moves those objects out of the collector's reach.
     gc.collect()
+    rss = rss_mb()  # the snapshots, their index and columns, held
+    # As the previous benchmark (and the figures the goals are set against) measured: a long-lived process
+    # holding large snapshots freezes them after loading, out of the reach of full collections.
     gc.freeze()
     try:
         latencies, placed = timed_decisions(engine, workload, snapshots)
+        baseline, _ = timed_decisions(scan, workload[:baseline_decisions], snapshots)
     finally:
         gc.unfreeze()
-    baseline: list[float] = []
-    for request in workload[: max(5, min(20, decisions // 20))]:
-        rebuild_indexes(snapshots)
-        start = time.perf_counter()
-        engine.decide(request, snapshots, now=NOW)
-        baseline.append(time.perf_counter() - start)
-    start = time.perf_counter()
-    for _ in range(100):
-        for _snapshot in snapshots.values():
-            pass
-    iterate = (time.perf_counter() - start) / 100
     return {
         "clusters": clusters,
         "nodes": clusters * NODES_PER_CLUSTER,
         "decisions": decisions,
+        "baseline_decisions": baseline_decisions,
         "placed": placed / decisions,
         "first_ms": first * 1000,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": percentile(latencies, 0.99) * 1000,
+        "rss_mb": rss,
+        "baseline_p50_ms": statistics.median(baseline) * 1000,
+        "baseline_p99_ms": percentile(baseline, 0.99) * 1000,
         "unfrozen_p50_ms": statistics.median(unfrozen) * 1000,
         "unfrozen_p99_ms": percentile(unfrozen, 0.99) * 1000,
-        "baseline_p50_ms": statistics.median(baseline) * 1000,
-        "iterate_ms": iterate * 1000,
     }
+
+
+def load() -> str:
+    return " ".join(f"{value:.1f}" for value in os.getloadavg())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer decisions (a smoke run, ~10 s)")
+    parser.add_argument("--quick", action="store_true", help="fewer decisions (a smoke run)")
+    parser.add_argument("--sizes", default="100,1000,10000", help="cluster counts, comma-separated")
     parser.add_argument("--seed", type=int, default=20250601)
-    args = parser.parse_args()
-    plan = [(10, 300), (100, 200), (1000, 60)] if args.quick else [(10, 2000), (100, 1000), (1000, 300)]
-    started = time.perf_counter()
-    rows = [measure(clusters, decisions, args.seed) for clusters, decisions in plan]
-    command = "python benchmarks/bench_engine.py" + (" --quick" if args.quick else "")
-    print(f"Command: `{command}` (seed {args.seed}, Python {sys.version.split()[0]})\n")
-    print(
-        "| clusters | nodes | decisions | placed | first decision (index build) | p50 | p99 "
-        "| p50 / p99 without gc.freeze() | baseline: no index (scan all nodes) p50 | baseline / p50 "
-        "| iterate snapshot dict |"
+    parser.add_argument(
+        "--one", type=int, nargs=3, metavar=("CLUSTERS", "DECISIONS", "BASELINE"), help=argparse.SUPPRESS
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(*args.one, args.seed)))
+        return 0
+    # (decisions, baseline decisions) per size: enough for a p99, within make bench's budget.
+    plan = {100: (2000, 1000), 1000: (1000, 200), 10000: (300, 40)}
+    started = time.perf_counter()
+    rows = []
+    for clusters in (int(size) for size in args.sizes.split(",")):
+        decisions, baseline = plan.get(clusters, (300, 40))
+        if args.quick:
+            decisions, baseline = max(50, decisions // 10), max(10, baseline // 10)
+        before = load()
+        child = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                str(clusters),
+                str(decisions),
+                str(baseline),
+                "--seed",
+                str(args.seed),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        row = json.loads(child.stdout.strip().splitlines()[-1])
+        row["load"] = f"{before} -> {load()}"
+        rows.append(row)
+        print(
+            f"engine: clusters={clusters} nodes={row['nodes']} p50_ms={row['p50_ms']:.3f} "
+            f"p99_ms={row['p99_ms']:.3f} rss_mb={row['rss_mb']:.0f}"
+        )
+        print(
+            f"  baseline, per-cluster scan, same process: p50_ms={row['baseline_p50_ms']:.3f} "
+            f"p99_ms={row['baseline_p99_ms']:.3f} ({row['baseline_p50_ms'] / row['p50_ms']:.1f}x / "
+            f"{row['baseline_p99_ms'] / row['p99_ms']:.1f}x); first decision {row['first_ms']:.0f} ms; "
+            f"without gc.freeze() p50_ms={row['unfrozen_p50_ms']:.3f} p99_ms={row['unfrozen_p99_ms']:.3f}; "
+            f"load average {row['load']}",
+            flush=True,
+        )
+    command = "python benchmarks/bench_engine.py" + (" --quick" if args.quick else "")
+    print(f"\nCommand: `{command}` (seed {args.seed}, Python {sys.version.split()[0]})\n")
+    print(
+        "| clusters | nodes | decisions (baseline) | placed | p50 | p99 | RSS | per-cluster scan p50 / p99 "
+        "(baseline) | speed-up p50 / p99 | first decision (index + columns) | without gc.freeze() p50 / p99 "
+        "| load average before -> after |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in rows:
         print(
-            f"| {row['clusters']:,.0f} | {row['nodes']:,.0f} | {row['decisions']:.0f} | {row['placed']:.0%} "
-            f"| {row['first_ms']:.1f} ms | {row['p50_ms']:.2f} ms | {row['p99_ms']:.2f} ms "
-            f"| {row['unfrozen_p50_ms']:.2f} / {row['unfrozen_p99_ms']:.2f} ms "
-            f"| {row['baseline_p50_ms']:.2f} ms | {row['baseline_p50_ms'] / row['p50_ms']:.1f}x "
-            f"| {row['iterate_ms'] * 1000:.1f} us |"
+            f"| {row['clusters']:,} | {row['nodes']:,} | {row['decisions']} ({row['baseline_decisions']}) "
+            f"| {row['placed']:.0%} | {row['p50_ms']:.2f} ms | {row['p99_ms']:.2f} ms "
+            f"| {row['rss_mb']:.0f} MB | {row['baseline_p50_ms']:.2f} / {row['baseline_p99_ms']:.2f} ms "
+            f"| {row['baseline_p50_ms'] / row['p50_ms']:.1f}x "
+            f"/ {row['baseline_p99_ms'] / row['p99_ms']:.1f}x | {row['first_ms']:.0f} ms "
+            f"| {row['unfrozen_p50_ms']:.2f} / {row['unfrozen_p99_ms']:.2f} ms | {row['load']} |"
         )
-    targets = {100: 5.0, 1000: 50.0}
-    verdicts = []
-    for row in rows:
-        target = targets.get(int(row["clusters"]))
-        if target is not None:
-            verdict = "OK" if row["p99_ms"] < target else "MISSED"
-            verdicts.append(
-                f"{row['clusters']:.0f} clusters: p99 {row['p99_ms']:.2f} ms (target {target:.0f}) {verdict}"
-            )
-    print("\n" + "; ".join(verdicts) + f". Total run time {time.perf_counter() - started:.0f} s.")
+    print(f"\nTotal run time {time.perf_counter() - started:.0f} s.")
     return 0
 
 

@@ -7,7 +7,8 @@ For every file the provider or ``fedsched replay`` reads, inputs are generated a
 only by the checks after reading, such as the spec's own validation), and the file that reaches the node,
 entry or row limit in the fewest bytes (refused where it passes the limit: the cost of reading up to it).
 Each is read by the same function the CLI and the hook use (``load_spec``, ``load_snapshots``,
-``load_kubeconfig``, ``load_config``, ``read_pods``/``read_nodes``) in a new interpreter; reported: the
+``load_kubeconfig``, ``load_config``, ``read_pods``/``read_nodes``; a member connection as the hook
+resolves it, Airflow's own reading included) in a new interpreter; reported: the
 wall time of the read and the process's peak resident memory, and the same for a baseline in the same run
 (the smallest valid file of that kind, same process set-up) so that a slower machine shows as a ratio.
 Results are in docs/reliability.md ("Limits and bad input").
@@ -40,8 +41,15 @@ from airflow_provider_fedsched.federation import load_snapshots, load_spec
 from airflow_provider_fedsched.replay.workload import read_nodes, read_pods
 from airflow_provider_fedsched.sim.config import load_config
 from airflow_provider_fedsched.validation.kubeconfig import load_kubeconfig
+def member_connection(path):
+    # As the hook resolves a member: Airflow reads the connection (and masks its extra), then the provider.
+    import os
+    os.environ["AIRFLOW_CONN_K8S_X"] = path.read_text()
+    _access_from_connection("x", "k8s_x", None)
+if kind == "connection":
+    from airflow_provider_fedsched.hooks.federation import _access_from_connection
 read = {"spec": load_spec, "snapshot": load_snapshots, "kubeconfig": load_kubeconfig, "sim": load_config,
-        "pods": read_pods, "nodes": read_nodes}[kind]
+        "pods": read_pods, "nodes": read_nodes, "connection": member_connection}[kind]
 started = time.perf_counter()
 try:
     read(path)
@@ -159,6 +167,29 @@ def generate(folder: Path) -> list[tuple[str, str, Path, Path]]:
     _fill(path, kubeconfig + "x: [", lambda i: "{a: b},", KUBECONFIG_LIMITS.max_bytes, "]\n")
     cases.append(
         (f"kubeconfig: {KUBECONFIG_LIMITS.max_nodes:,} YAML nodes", "kubeconfig", path, small_kubeconfig)
+    )
+
+    # A member connection whose extra holds the kubeconfig inline (docs/deploy.md), the certificate grown.
+    small_connection = folder / "small-connection.json"
+    for target, size in ((small_connection, 0), (folder / "connection-1mb.json", 10**6)):
+        inline = kubeconfig.replace(
+            "'https://127.0.0.1:1'", f"'https://127.0.0.1:1', certificate: '{'A' * size}'"
+        )
+        target.write_text(json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": inline}}))
+    cases.append(("member connection: inline kube_config of 1 MB", "connection", target, small_connection))
+    path = folder / "connection-at-limit.json"
+    size = KUBECONFIG_LIMITS.max_bytes - len(kubeconfig) - 4096
+    inline = kubeconfig.replace(
+        "'https://127.0.0.1:1'", f"'https://127.0.0.1:1', certificate: '{'A' * size}'"
+    )
+    path.write_text(json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": inline}}))
+    cases.append(
+        (
+            "member connection: inline kube_config at the kubeconfig limit",
+            "connection",
+            path,
+            small_connection,
+        )
     )
 
     small_sim = folder / "small-sim.yaml"

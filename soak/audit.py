@@ -12,15 +12,18 @@ It counts, per task (one ``(dag, task, map_index, run)``):
   purpose, or a fault that marked it failed) or reported as unexplained;
 - ``lost``: anything else (not finished, skipped, removed, never created, or success without any pod
   that succeeded);
-- ``duplicates``: pods of one task that both ran, other than a preemptible move: two that ran to
-  Succeeded, one started after another had Succeeded, or, for a task that is not preemptible, two whose
-  containers ran at the same time. A preemptible move is a pair of a preemptible task whose earlier pod
-  started before its cluster (or its node) stopped answering and whose end no client of the cluster had
-  been sent before that moment (the journal's ``end_seen``: running then, or ended unseen), and whose
-  later pod was created while the cluster still did not answer (``silences``): the task moved, as
-  preemptible allows, and the old pod was fenced; each is listed (``moved``) without failing the run.
-  A pod whose end some client of the cluster (other than this soak's own, ``SOAK_AGENT``) had been sent
-  before the silence is no such move: its result could be known, and a later pod duplicates it;
+- ``duplicates``: pods of one task that both ran, other than a preemptible move (docs/reliability.md,
+  "ran twice"): two that ran to Succeeded, one started after another had Succeeded, or, for a task that
+  is not preemptible, two whose containers ran at the same time. A preemptible move is a pair of a
+  preemptible task whose earlier pod existed (was created) before its cluster (or its node) stopped
+  answering and whose end no client of the cluster had been sent before that moment (the journal's
+  ``end_seen``: running then, or ended unseen), and whose later pod was created while the cluster still
+  did not answer (``silences``): the task moved, as preemptible allows, and the old pod was fenced; a
+  later pod stopped before it finished is never counted, and a pair that both ran to Succeeded is listed
+  (``moved``) without failing the run, unless a client was sent the earlier pod's end once its cluster
+  answered again while the later one still ran (the task then knew the result and had to stop the later
+  copy). A pod whose end some client of the cluster (other than this soak's own, ``SOAK_AGENT``) had
+  been sent before the silence is no such move: its result could be known, and a later pod duplicates it;
 - ``leaked``: pods of the load still in a cluster (not removed from its API, or still running on a node);
 - ``sovereignty_violations``: pods that ran in a cluster whose region one of the task's datasets forbids;
 - node over-commit: moments when a node's admitted pods requested more than its allocatable.
@@ -53,6 +56,9 @@ SOAK_AGENT = "fedsched-soak"
 """The User-Agent of the soak's own API calls (fault targets): what they are sent tells the provider
 nothing, so it never makes a pod's end known."""
 MOVED = "a preemptible move: its cluster stopped answering before anybody was sent the first pod's end"
+KNOWN_WHILE_RUNNING = (
+    "both ran to Succeeded, the second after the first one's end was read once its cluster answered again"
+)
 OUTLIVE_TOLERANCE = 60.0
 """Seconds a pod may still run after its task ended in Airflow (a heartbeat and a deletion)."""
 
@@ -158,13 +164,18 @@ class Silence:
     end: float
 
     def moved(self, earlier: PodRun, later: PodRun) -> bool:
-        """``later`` was created while this silence hid ``earlier``, whose end nobody had been sent when
-        the silence began."""
+        """``later`` was created while this silence hid ``earlier`` (created before it began), whose end
+        nobody had been sent when the silence began."""
         if earlier.cluster != self.cluster or (self.node is not None and earlier.node != self.node):
             return False
-        assert earlier.started_at is not None
         unseen = earlier.end_seen_at is None or earlier.end_seen_at >= self.start
-        return earlier.started_at < self.start and unseen and self.start <= later.created_at <= self.end
+        return earlier.created_at < self.start and unseen and self.start <= later.created_at <= self.end
+
+    def known_while_running(self, earlier: PodRun, later: PodRun) -> bool:
+        """Once the cluster answered again, a client was sent ``earlier``'s end while ``later`` still ran:
+        from then on the task knew ``earlier``'s result and had to stop ``later``."""
+        seen = earlier.end_seen_at
+        return seen is not None and self.end < seen < later.ended_by()
 
 
 @dataclass(frozen=True)
@@ -190,6 +201,10 @@ class Audit:
     sovereignty_violations: int = 0
     overcommits: int = 0
     unexplained: int = 0
+    failed_by_fault: int = 0
+    """Unexplained failures of tasks none of whose pods sat in a cluster (or on a node) that a fault
+    kept silent for longer than ``unreachable_grace``: the cluster came back within the grace, so the
+    contract says the task should have carried on (goal 0; counted in ``unexplained`` too)."""
     pods: int = 0
     findings: list[Finding] = field(default_factory=list)
 
@@ -206,11 +221,12 @@ class Audit:
             and not self.unexplained
         )
 
-    def summary(self, executor: str, faults: int, minutes: float) -> str:
+    def summary(self, executor: str, faults: int, minutes: float, ground: str = "sim") -> str:
         return (
-            f"soak: executor={executor} tasks={self.tasks} succeeded={self.succeeded} failed={self.failed} "
-            f"lost={self.lost} duplicates={self.duplicates} leaked={self.leaked} "
-            f"sovereignty_violations={self.sovereignty_violations} faults={faults} minutes={minutes:.1f}"
+            f"soak: executor={executor} ground={ground} tasks={self.tasks} succeeded={self.succeeded} "
+            f"failed={self.failed} lost={self.lost} duplicates={self.duplicates} leaked={self.leaked} "
+            f"sovereignty_violations={self.sovereignty_violations} failed_by_fault={self.failed_by_fault} "
+            f"faults={faults} minutes={minutes:.1f}"
         )
 
     def lines(self) -> list[str]:
@@ -234,8 +250,12 @@ def _pairs(
     for index, later in enumerate(ran):
         assert later.started_at is not None
         for earlier in ran[:index]:
-            if preemptible and any(s.moved(earlier, later) for s in silences):
+            hiding = [s for s in silences if s.moved(earlier, later)] if preemptible else []
+            if hiding:
                 if earlier.succeeded and later.succeeded:
+                    if all(s.known_while_running(earlier, later) for s in hiding):
+                        yield earlier, later, KNOWN_WHILE_RUNNING
+                        break
                     yield earlier, later, MOVED
                 continue
             if earlier.succeeded and later.succeeded:
@@ -261,13 +281,17 @@ def audit(
     now: float | None = None,
     origin: float = 0.0,
     silences: Iterable[Silence] = (),
+    grace: float | None = None,
 ) -> Audit:
     """Audit one run. ``journals``: each cluster's journal report (``pods`` and ``nodes``);
     ``task_instances``: Airflow's REST API view (``task_id``, ``map_index``, ``state``, ``try_number``);
     ``key_of``: a pod's task from its labels (None: not the load's); ``marked_failed``: tasks a fault
     marked failed; ``logs``: a task's last try's log (to quote why it failed); ``origin``: time zero of
-    the times printed; ``silences``: when the faults kept a cluster's API or a node from answering."""
+    the times printed; ``silences``: when the faults kept a cluster's API or a node from answering;
+    ``grace``: the load's ``unreachable_grace`` (a failure behind a longer silence is no
+    ``failed_by_fault``)."""
     result = Audit()
+    silences = list(silences)
     expected = {e.key: e for e in expectations}
     result.tasks = len(expected)
     runs: dict[TaskKey, list[PodRun]] = {key: [] for key in expected}
@@ -283,7 +307,7 @@ def audit(
                     f"{journal.get('cluster')}/{name} at {float(event['at']) - origin:.0f}s: "
                     f"{event['resources']} held by {', '.join(event['pods'])}",
                 )
-        for entry in journal.get("pods") or []:
+        for entry in gangs(journal.get("pods") or []):
             run = PodRun.from_journal(entry)
             key = key_of(run.labels)
             if key is None:
@@ -344,6 +368,12 @@ def audit(
             explanation = _explain(exp, pods, key in marked, regions, allowed_regions, log)
             if explanation is None:
                 result.unexplained += 1
+                excused = grace is not None and any(
+                    s.end - s.start > grace and p.cluster == s.cluster and s.node in (None, p.node)
+                    for s in silences
+                    for p in pods
+                )
+                result.failed_by_fault += not excused
                 said = _last_error(log)
                 ran = "; ".join(p.describe(origin) for p in pods) or "no pod"
                 result.add("unexplained", key, f"failed; pods: {ran}" + (f"; log: {said}" if said else ""))
@@ -353,6 +383,55 @@ def audit(
             result.lost += 1
             result.add("lost", key, f"ended in state {state!r}" if ti else "no task instance in Airflow")
     return result
+
+
+JOB_UID = "batch.kubernetes.io/controller-uid"
+
+
+def gangs(entries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Journal entries with each Job's pods as one entry: a gang is one copy of its task's work, which
+    ran when its first pod started, ended when its last pod ended, succeeded when all of its pods did,
+    and is gone when all of them are (a node per pod, in ``node``)."""
+    out: list[Mapping[str, Any]] = []
+    jobs: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in entries:
+        uid = (entry.get("labels") or {}).get(JOB_UID)
+        if uid:
+            jobs.setdefault(str(uid), []).append(entry)
+        else:
+            out.append(entry)
+    for uid, pods in jobs.items():
+        first = pods[0]
+        starts = [p["started_at"] for p in pods if p.get("started_at") is not None]
+        ends = [p.get("ended_at") for p in pods]
+        outcomes = {p.get("outcome") for p in pods}
+        out.append(
+            {
+                **first,
+                "name": (first.get("labels") or {}).get("batch.kubernetes.io/job-name", first["name"])
+                + f" (Job, {len(pods)} pods)",
+                "uid": uid,
+                "node": ",".join(sorted({str(p.get("node") or "-") for p in pods})),
+                "created_at": min(float(p["created_at"]) for p in pods),
+                "started_at": min(starts) if starts else None,
+                "ended_at": max(e for e in ends if e is not None) if None not in ends else None,
+                "removed_at": (
+                    None
+                    if any(p.get("removed_at") is None for p in pods)
+                    else max(float(p["removed_at"]) for p in pods)
+                ),
+                "outcome": "succeeded" if outcomes == {"succeeded"} else next(iter(outcomes - {"succeeded"})),
+                "exit_code": next(
+                    (p["exit_code"] for p in pods if p.get("exit_code")), first.get("exit_code")
+                ),
+                "running": any(p.get("running") for p in pods),
+                "end_seen": {
+                    agent: max(float(p.get("end_seen", {}).get(agent, float("inf"))) for p in pods)
+                    for agent in set().union(*(p.get("end_seen") or {} for p in pods))
+                },
+            }
+        )
+    return out
 
 
 def _epoch(value: Any) -> float | None:

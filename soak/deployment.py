@@ -31,6 +31,8 @@ from soak.services import Postgres, Redis, free_port, stop_process
 T = TypeVar("T")
 ADMIN = ("admin", "soak-admin")
 REPO = Path(__file__).resolve().parent.parent
+JOB_LOOP_ENDED = b"Exception when executing "
+"""What an Airflow job runner logs when its main loop raised: the component no longer works."""
 READ_PATIENCE = 180.0
 """How long the soak's reads of the REST API are asked again while it answers 5xx or not at all."""
 
@@ -143,8 +145,11 @@ class Process:
     log: Path
     popen: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    log_offset: int = 0
+    """Where this start's output begins in ``log``."""
 
     def start(self) -> None:
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
         out = self.log.open("ab")
         # Its own session, so that stopping it reaches the processes it forks (task supervisors).
         self.popen = subprocess.Popen(
@@ -338,6 +343,30 @@ class Airflow:
         time.sleep(pause)
         process.restarts += 1
         process.start()
+
+    def revive(self) -> list[str]:
+        """What a deployment's process supervisor and liveness probes do (systemd ``Restart=always``, the
+        Helm chart's ``airflow jobs check``): every Airflow component whose process exited, or whose job
+        loop ended (``Exception when executing ...``: Airflow's scheduler, dag-processor and triggerer end
+        their loop when the metadata database goes away, and the scheduler then lingers, waiting for its
+        executor), is killed with its group and started again. Celery workers are left to the fault that
+        stopped them. Returns what it restarted and why."""
+        revived = []
+        for name, process in self.processes.items():
+            if name.startswith("worker-") or process.popen is None:
+                continue
+            why = ""
+            if process.popen.poll() is not None:
+                why = f"exited ({process.popen.returncode})"
+            else:
+                with process.log.open("rb") as fh:
+                    fh.seek(process.log_offset)
+                    if JOB_LOOP_ENDED in fh.read():
+                        why = "its job loop ended"
+            if why:
+                self.restart(name, signal.SIGKILL)
+                revived.append(f"{name} ({why})")
+        return revived
 
     def check_alive(self) -> None:
         for process in self.processes.values():

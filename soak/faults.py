@@ -20,11 +20,14 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from soak.clusters import ClusterError, Clusters
 from soak.deployment import Airflow
-from soak.load import NAMESPACE, TASK_LABEL, VAULT_NAMESPACE, Manifest, Profile
+from soak.load import CLUSTERS, NAMESPACE, TASK_LABEL, VAULT_NAMESPACE, Manifest, Profile
+
+if TYPE_CHECKING:
+    from soak.testbed import TestbedGround
 
 TARGET_PATIENCE = 60.0
 QUOTA_NAME = "soak-quota-fill"
@@ -55,8 +58,10 @@ class FaultRecord:
         return f"fault {when} {self.kind} {self.target}: {what}"
 
 
-def schedule(profile: Profile, executor: str) -> list[Fault]:
+def schedule(profile: Profile, executor: str, ground: str = "sim") -> list[Fault]:
     grace = profile.unreachable_grace
+    if ground == "testbed":
+        return testbed_schedule(profile, executor)
     if profile.faults == "ci":
         return [
             Fault(45, "down", {"cluster": "east-a", "seconds": round(grace * 2.5)}),
@@ -83,6 +88,47 @@ def schedule(profile: Profile, executor: str) -> list[Fault]:
     if executor == "celery":
         faults.append(Fault(330, "kill-worker", {"worker": "worker-1", "pause": 20}))
     return faults
+
+
+def testbed_schedule(profile: Profile, executor: str) -> list[Fault]:
+    """Faults on the test bed's real parts (``fedsched testbed fault`` kinds) and on Airflow's processes."""
+    grace = profile.unreachable_grace
+    if profile.faults == "ci":
+        # Faults are applied one at a time and some take seconds to be in force (a restarted etcd, a
+        # tainted node): the ones that need a running or deferred task come first, while the load runs.
+        return [
+            Fault(35, "stop-apiserver", {"seconds": round(grace * 0.6), "deferrable": False}),
+            Fault(55, "kill-supervisor"),
+            Fault(65, "mark-failed"),
+            Fault(75, "restart-triggerer"),
+            Fault(90, "node-not-ready", {"duration": 40}),
+            Fault(105, "kill-etcd", {"seconds": 20}),
+            Fault(120, "restart-database", {"pause": 10}),
+        ]
+    faults = [
+        Fault(0, "quota-fill", {"cluster": "south", "namespace": VAULT_NAMESPACE, "cpu": "2"}),
+        Fault(40, "stop-apiserver", {"seconds": round(grace * 0.4), "deferrable": False}),
+        Fault(70, "kill-etcd", {"seconds": 25}),
+        Fault(100, "stop-scheduler", {"cluster": "east-b", "seconds": 120}),
+        Fault(125, "evict", {"preemptible": True}),
+        Fault(140, "node-not-ready", {"duration": 90}),
+        Fault(165, "kill-supervisor"),
+        Fault(190, "restart-triggerer"),
+        Fault(215, "mark-failed"),
+        Fault(240, "stop-apiserver", {"cluster": "east-a", "seconds": round(grace * 2.5)}),
+        Fault(275, "quota-fill", {"cluster": "east-b", "namespace": NAMESPACE, "duration": 80}),
+        Fault(300, "revoke-rbac", {"cluster": "west", "seconds": 40}),
+        Fault(330, "delete-node"),
+        Fault(360, "restart-database", {"pause": 10}),
+    ]
+    if executor == "celery":
+        faults.append(Fault(390, "kill-worker", {"worker": "worker-1", "pause": 20}))
+    return faults
+
+
+SILENCING = ("down", "node-not-ready", "stop-apiserver", "kill-etcd", "revoke-rbac", "delete-node")
+"""The faults that keep a cluster's API (target ``cluster``) or a node (``cluster/node``) from answering
+the provider while they last."""
 
 
 def find_task_process(ti_id: str) -> int | None:
@@ -113,12 +159,13 @@ class Injector:
     def __init__(
         self,
         faults: list[Fault],
-        clusters: Clusters,
+        clusters: Clusters | TestbedGround,
         airflow: Airflow,
         manifest: Manifest,
         run_id: str,
         t0: float,
         seed: int = 7,
+        database: Any = None,
     ) -> None:
         self.clusters, self.airflow, self.manifest, self.run_id, self.t0 = (
             clusters,
@@ -127,7 +174,12 @@ class Injector:
             run_id,
             t0,
         )
+        self.database = database
+        """The metadata database's server (``soak.services.PostgresServer``), for ``restart-database``."""
         self.records: list[FaultRecord] = []
+        self._undos: list[tuple[threading.Timer, Callable[[], None]]] = []
+        self.silent: set[str] = set()
+        """Clusters whose API server a fault holds stopped (or whose etcd is dead): not read for targets."""
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._counter = 0
         self._stop = threading.Event()
@@ -177,6 +229,9 @@ class Injector:
                 action()
             except Exception as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
+        for timer, undo in self._undos:
+            timer.cancel()
+            undo()  # once only: a timer that already ran it left it done
 
     @property
     def applied(self) -> list[FaultRecord]:
@@ -200,12 +255,26 @@ class Injector:
         record.applied_at = self.now()
         print(record.line(), flush=True)
 
-    def _end(self, record: FaultRecord, after: float, undo: Callable[[], None]) -> None:
+    def _end(self, record: FaultRecord, after: float, undo: Callable[[], object]) -> None:
+        """Undo the fault ``after`` seconds from now, on a timer of its own: a fault that looks for a
+        target (and may wait on a silent cluster) must not hold a stopped API server stopped longer."""
+        done = threading.Event()
+
         def run() -> None:
-            undo()
+            with self._lock:
+                if done.is_set():
+                    return
+                done.set()
+            try:
+                undo()
+            except Exception as exc:
+                self.errors.append(f"undoing {record.kind} {record.target}: {type(exc).__name__}: {exc}")
             record.ended_at = self.now()
 
-        self._at(self.now() + after, run)
+        timer = threading.Timer(after, run)
+        timer.daemon = True
+        self._undos.append((timer, run))
+        timer.start()
 
     def _fail(self, record: FaultRecord, cluster: str, status: int, times: int) -> bool:
         self.clusters.fault(cluster, "fail", status=status, times=times)
@@ -283,6 +352,8 @@ class Injector:
     ) -> list[tuple[str, dict[str, Any]]]:
         out = []
         for cluster in self.clusters.names:
+            if cluster in self.silent:
+                continue
             try:
                 pods = self.clusters.pods(cluster, selector=TASK_LABEL)
             except ClusterError:
@@ -308,20 +379,22 @@ class Injector:
         record.detail = f"node-pressure eviction of a Running {kind} pod ({meta['labels'][TASK_LABEL]})"
         return True
 
-    def _node_not_ready(self, record: FaultRecord, cluster: str, duration: float) -> bool | None:
-        busy: dict[str, int] = {}
-        for c, pod in self._running_pods():
-            if c == cluster and pod["spec"].get("nodeName"):
-                busy[pod["spec"]["nodeName"]] = busy.get(pod["spec"]["nodeName"], 0) + 1
-        if not busy:
+    def _node_not_ready(
+        self, record: FaultRecord, duration: float, cluster: str | None = None
+    ) -> bool | None:
+        """The busiest node (of ``cluster``, or of any) stops reporting for ``duration`` seconds."""
+        found = self._busiest(cluster, shared=True)
+        if found is None:
             return None
-        node = max(busy, key=lambda n: busy[n])
-        self.clusters.fault(cluster, "node-not-ready", node=node)
+        cluster, node, count = found
+        try:
+            self.clusters.fault(cluster, "node-not-ready", node=node)
+        except Exception:  # not in force in time: the node is played again, and the fault counts as failed
+            self.clusters.fault(cluster, "node-ready", node=node)
+            raise
         self._end(record, duration, lambda: self.clusters.fault(cluster, "node-ready", node=node))
         record.target = f"{cluster}/{node}"
-        record.detail = (
-            f"kubelet stops reporting for {duration:g}s with {busy[node]} soak pod(s) Running on it"
-        )
+        record.detail = f"kubelet stops reporting for {duration:g}s with {count} soak pod(s) Running on it"
         return True
 
     def _running_task(self, deferrable: bool | None) -> tuple[dict[str, Any], str, dict[str, Any]] | None:
@@ -406,4 +479,104 @@ class Injector:
         record.detail = (
             f"marked failed through the REST API while its pod {cluster}/{pod['metadata']['name']} runs"
         )
+        return True
+
+    # -- the test bed's real parts -------------------------------------------------------------------------
+    def _busiest(self, cluster: str | None = None, shared: bool = False) -> tuple[str, str, int] | None:
+        """(cluster, node, running pods of the load) of the node with most Running pods of the load;
+        ``shared``: only in clusters of more than one node. (A cluster whose every node stops reporting is
+        in full disruption: its node lifecycle controller, as Kubernetes does, taints no node for eviction
+        and assumes its own side is cut off, so a one-node cluster's node never becomes a lost node.)"""
+        nodes = {c["name"]: c["nodes"] for c in CLUSTERS}
+        busy: dict[tuple[str, str], int] = {}
+        for c, pod in self._running_pods():
+            node = pod["spec"].get("nodeName")
+            if shared and nodes.get(c, 2) < 2:
+                continue
+            if node and (cluster is None or c == cluster):
+                busy[(c, node)] = busy.get((c, node), 0) + 1
+        if not busy:
+            return None
+        (c, node), count = max(busy.items(), key=lambda item: item[1])
+        return c, node, count
+
+    def _relation(self, seconds: float) -> str:
+        grace = self.manifest.unreachable_grace
+        return f"{'shorter' if seconds < grace else 'longer'} than the {grace:g}s grace"
+
+    def _stop_apiserver(
+        self, record: FaultRecord, seconds: float, cluster: str | None = None, deferrable: bool | None = None
+    ) -> bool | None:
+        """SIGSTOP a member's kube-apiserver for ``seconds`` (connections hang, as in a partition): the
+        member where a running task (of that kind) has its pod Running, or ``cluster``."""
+        why = ""
+        if cluster is None:
+            found = self._running_task(deferrable=deferrable)
+            if found is None:
+                return None
+            ti, cluster, pod = found
+            record.task = (ti["task_id"], ti["map_index"])
+            kind = {None: "", False: "non-deferrable ", True: "deferrable "}[deferrable]
+            why = (
+                f"; {kind}task {ti['task_id']}[{ti['map_index']}]'s pod {pod['metadata']['name']} runs there"
+            )
+        self._silence(record, cluster, seconds, "pause-apiserver", "resume-apiserver")
+        record.detail = f"kube-apiserver SIGSTOPped for {seconds:g}s ({self._relation(seconds)}){why}"
+        return True
+
+    def _kill_etcd(self, record: FaultRecord, seconds: float, cluster: str | None = None) -> bool | None:
+        """SIGKILL a member's etcd (the busiest member's, unless ``cluster``), started again after
+        ``seconds``: its API server stays up with no storage behind it."""
+        if cluster is None:
+            found = self._busiest()
+            if found is None:
+                return None
+            cluster = found[0]
+        self._silence(record, cluster, seconds, "kill-etcd", "restart-etcd")
+        record.detail = f"etcd SIGKILLed, started again over its data after {seconds:g}s"
+        return True
+
+    def _silence(self, record: FaultRecord, cluster: str, seconds: float, start: str, stop: str) -> None:
+        """Fault ``start`` on ``cluster``'s control plane, undone by ``stop`` after ``seconds``; the member is
+        not read for targets meanwhile (a read of a stopped member would hold the fault's end)."""
+        self.clusters.fault(cluster, start)
+        self.silent.add(cluster)
+
+        def undo() -> None:
+            self.clusters.fault(cluster, stop)
+            self.silent.discard(cluster)
+
+        self._end(record, seconds, undo)
+        record.target = cluster
+
+    def _stop_scheduler(self, record: FaultRecord, cluster: str, seconds: float) -> bool:
+        self.clusters.fault(cluster, "pause-scheduler")
+        self._end(record, seconds, lambda: self.clusters.fault(cluster, "resume-scheduler"))
+        record.target = cluster
+        record.detail = f"kube-scheduler SIGSTOPped for {seconds:g}s (new pods stay Pending)"
+        return True
+
+    def _delete_node(self, record: FaultRecord, cluster: str | None = None) -> bool | None:
+        found = self._busiest(cluster, shared=True)
+        if found is None:
+            return None
+        cluster, node, count = found
+        self.clusters.fault(cluster, "delete-node", node=node)
+        record.target = f"{cluster}/{node}"
+        record.detail = f"Node object deleted with {count} soak pod(s) Running on it"
+        return True
+
+    def _revoke_rbac(self, record: FaultRecord, cluster: str, seconds: float) -> bool:
+        self.clusters.fault(cluster, "revoke-rbac")
+        self._end(record, seconds, lambda: self.clusters.fault(cluster, "restore-rbac"))
+        record.target = cluster
+        record.detail = f"the provider's bindings (deploy/ manifests) deleted for {seconds:g}s, then restored"
+        return True
+
+    def _restart_database(self, record: FaultRecord, pause: float) -> bool:
+        assert self.database is not None, "restart-database needs the soak's PostgreSQL"
+        self.database.stop_server()
+        self._end(record, pause, self.database.start_server)
+        record.target = "metadata database"
+        record.detail = f"PostgreSQL stopped (fast shutdown), started again after {pause:g}s"
         return True

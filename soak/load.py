@@ -65,6 +65,9 @@ class Group:
     """``succeed``, or ``wait-timeout`` (the group is meant to time out waiting)."""
     failing: int = 0
     """How many of its tasks exit with OWN_EXIT_CODE (their own failure)."""
+    gang: int = 0
+    """A gang: each task is a FederatedKubernetesJobOperator Job of this many pods (all or nothing, in
+    one cluster); 0: a FederatedKubernetesOperator pod."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ PROFILES: dict[str, Profile] = {
             Group("sync_resumable", 40, deferrable=False, preemptible=True),
             Group("deferred_plain", 60, deferrable=True, preemptible=False, failing=2),
             Group("deferred_resumable", 40, deferrable=True, preemptible=True),
+            Group("gang_job", 10, deferrable=False, preemptible=False, gang=3),
             Group(
                 "vault_wait",
                 4,
@@ -122,12 +126,13 @@ PROFILES: dict[str, Profile] = {
             Group("sync_resumable", 8, deferrable=False, preemptible=True),
             Group("deferred_plain", 12, deferrable=True, preemptible=False, failing=1),
             Group("deferred_resumable", 8, deferrable=True, preemptible=True),
+            Group("gang_job", 2, deferrable=False, preemptible=False, gang=3),
         ],
         # Long enough that the load still runs at the last fault (120 s) on a fast 2-core machine: with
         # 6-14 s the load ended at 2.0 min and three of the four faults were skipped.
         duration=(14.0, 30.0),
         unreachable_grace=30.0,
-        deadline_minutes=6.0,
+        deadline_minutes=8.0,
         parallelism=16,
         celery_concurrency=8,
         faults="ci",

@@ -1,10 +1,13 @@
-"""The soak driver: services, simulated federation, Airflow, the load, the faults, then the audit.
+"""The soak driver: services, the clusters (its ground), Airflow, the load, the faults, then the audit.
 
-``python -m soak --profile full|ci --executor local|celery`` ends with one line, ``soak: executor=E
-tasks=N succeeded=N failed=N lost=N duplicates=N leaked=N sovereignty_violations=N faults=N minutes=M``,
-and exits 0 only when nothing was lost, ran twice, was left behind or misplaced, every failure is
-explained and every scheduled fault was applied. Everything it wrote (each process's log, the manifest,
-the journals, ``result.json``) stays in ``.soak/<profile>-<executor>/``.
+``python -m soak --profile full|ci --executor local|celery --ground testbed|sim`` ends with one line,
+``soak: executor=E ground=G tasks=N succeeded=N failed=N lost=N duplicates=N leaked=N
+sovereignty_violations=N failed_by_fault=N faults=N minutes=M``, and exits 0 only when nothing was lost,
+ran twice, was left behind or misplaced, every failure is explained and every scheduled fault was
+applied. The ground is the test bed's real control planes (default; the members are connections in
+Airflow's database, the deploy/ manifests the provider's only permissions, the audit logs the record of
+what ran) or the simulated clusters (``sim``: their journals). Everything it wrote (each process's log,
+the manifest, the journals, ``result.json``) stays in ``.soak/<profile>-<executor>[-sim]/``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from soak import tasklogs
 from soak.audit import Audit, Expectation, Silence, TaskKey, audit
 from soak.clusters import ClusterError, Clusters
 from soak.deployment import REPO, Airflow, session_cpu_seconds
-from soak.faults import Injector, schedule
+from soak.faults import SILENCING, Injector, schedule
 from soak.load import (
     DAG_ID,
     PROFILES,
@@ -38,6 +41,7 @@ from soak.load import (
 )
 from soak.machine import MachineLoad
 from soak.services import Postgres, postgres, redis
+from soak.testbed import TestbedGround
 
 SETTLE_SECONDS = 60.0
 """After the run ends, how long pods may take to leave the clusters before they count as left behind."""
@@ -77,14 +81,25 @@ def progress(airflow: Airflow, run_id: str) -> str:
     return " ".join(f"{state} {count}" for state, count in sorted(states.items()))
 
 
-def pods_left(clusters: Clusters) -> int | None:
+Ground = Clusters | TestbedGround
+
+
+def pods_left(clusters: Ground) -> int | None:
     total = 0
     for cluster in clusters.names:
         try:
             total += len(clusters.pods(cluster, selector=TASK_LABEL))
+            if isinstance(clusters, TestbedGround):
+                total += len(clusters.jobs(cluster, selector=TASK_LABEL))
         except ClusterError:
             return None
     return total
+
+
+def ground_of(name: str, work: Path) -> Ground:
+    if name == "sim":
+        return Clusters(work / "sim", sim_config())
+    return TestbedGround(work / "testbed", sim_config())
 
 
 def archive(work: Path, keep: int = 6) -> None:
@@ -108,7 +123,7 @@ def maybe_redis(executor: str, work: Path) -> Iterator[Any]:
         yield server
 
 
-def soak(profile: Profile, executor: str, work: Path) -> int:
+def soak(profile: Profile, executor: str, work: Path, ground: str = "testbed") -> int:
     started = time.monotonic()
     archive(work)
     work.mkdir(parents=True)
@@ -116,15 +131,20 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
     manifest_path = work / "manifest.json"
     manifest_path.write_text(plan.to_json())
     log(
-        f"profile {profile.name}: {profile.tasks} tasks over 5 clusters, executor {executor}; work dir {work}"
+        f"profile {profile.name}: {profile.tasks} tasks over 5 clusters ({ground}), executor {executor}; "
+        f"work dir {work}"
     )
-    clusters = Clusters(work / "sim", sim_config())
+    clusters = ground_of(ground, work)
     airflow: Airflow | None = None
     with postgres(work) as pg, maybe_redis(executor, work) as broker:
         log(f"PostgreSQL on 127.0.0.1:{pg.port}" + (f", Redis on 127.0.0.1:{broker.port}" if broker else ""))
         try:
             clusters.start()
-            log("simulated federation up: " + ", ".join(f"{n} {u}" for n, u in clusters.urls.items()))
+            what = "test bed" if ground == "testbed" else "simulated federation"
+            log(
+                f"{what} up ({time.monotonic() - started:.0f}s): "
+                + ", ".join(f"{n} {u}" for n, u in clusters.urls.items())
+            )
             airflow = Airflow(
                 home=work / "airflow",
                 executor=executor,
@@ -139,18 +159,25 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
             )
             airflow.migrate()
             log(f"metadata database migrated ({time.monotonic() - started:.0f}s)")
+            if isinstance(clusters, TestbedGround):
+                added = clusters.connect(airflow)
+                log(f"members as connections in Airflow's database: {', '.join(added)}")
             airflow.start()
             airflow.wait_ready(DAG_ID)
             log(f"Airflow up: {', '.join(airflow.processes)} ({time.monotonic() - started:.0f}s)")
             run_id = airflow.trigger(DAG_ID)
             t0, wall0 = time.monotonic(), time.time()
             log(f"triggered {DAG_ID} run {run_id}")
-            injector = Injector(schedule(profile, executor), clusters, airflow, plan, run_id, t0)
+            injector = Injector(
+                schedule(profile, executor, ground), clusters, airflow, plan, run_id, t0, database=pg.server
+            )
             injector.start()
             machine = MachineLoad()
             deadline = t0 + profile.deadline_minutes * 60
             state, last_progress = None, 0.0
             while time.monotonic() < deadline:
+                for revived in airflow.revive():
+                    log(f"t={time.monotonic() - t0:.0f}s restarted {revived}, as a process supervisor would")
                 state = airflow.run_state(DAG_ID, run_id)
                 if state in ("success", "failed"):
                     break
@@ -162,7 +189,9 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
             run_minutes = (time.monotonic() - t0) / 60
             log(f"run ended: {state} after {run_minutes:.1f} min; {progress(airflow, run_id)}")
             cpu = airflow.cpu_seconds()
-            if clusters.process is not None:
+            if isinstance(clusters, TestbedGround):
+                cpu.update(clusters.cpu_seconds())
+            elif clusters.process is not None:
                 cpu["simulated clusters"] = session_cpu_seconds(clusters.process.pid)
             log("CPU seconds used: " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in cpu.items()))
             injector.finish()
@@ -176,18 +205,21 @@ def soak(profile: Profile, executor: str, work: Path) -> int:
                 time.sleep(2)
             log(f"pods of the load still in the clusters after settling: {left}")
             result = collect_and_audit(clusters, airflow, plan, run_id, injector, wall0)
+            if isinstance(clusters, TestbedGround):
+                jobs_left(clusters, result)
             figures = [
+                *(denials(clusters) if isinstance(clusters, TestbedGround) else []),
                 tasklogs.summary(tasklogs.decision_seconds(airflow.home / "logs")),
                 database_figures(pg),
                 machine.summary(),
             ]
             minutes = (time.monotonic() - started) / 60
-            write_result(work, profile, executor, result, injector, minutes, state, cpu, figures)
+            write_result(work, profile, executor, ground, result, injector, minutes, state, cpu, figures)
             for line in result.lines():
                 print(line)
             for line in figures:
                 print(line, flush=True)
-            print(result.summary(executor, len(injector.applied), minutes), flush=True)
+            print(result.summary(executor, len(injector.applied), minutes, ground), flush=True)
             return 0 if result.clean and len(injector.applied) == len(injector.records) else 1
         finally:
             if airflow is not None:
@@ -220,8 +252,45 @@ def database_figures(pg: Postgres) -> str:
     )
 
 
+def jobs_left(clusters: TestbedGround, result: Audit) -> None:
+    """Jobs of the load still in a member after settling: left behind, as their pods would be."""
+    for cluster in clusters.names:
+        try:
+            jobs = clusters.jobs(cluster, selector=TASK_LABEL)
+        except ClusterError as exc:
+            result.add("leaked", None, f"{cluster}: Jobs not listed ({exc})")
+            result.leaked += 1
+            continue
+        for job in jobs:
+            meta = job["metadata"]
+            result.leaked += 1
+            result.add(
+                "leaked",
+                key_of(meta.get("labels") or {}),
+                f"Job {cluster}/{meta['namespace']}/{meta['name']} still in the API",
+            )
+
+
+def denials(clusters: TestbedGround) -> list[str]:
+    """What the members refused the provider (403s in their audit logs; informational: a refusal while
+    the soak had revoked its bindings is the fault's, any other means the manifests lack a rule)."""
+    lines = []
+    for cluster in clusters.names:
+        found = clusters.provider_denials(cluster)
+        if found:
+            kinds = Counter(
+                f"{d['verb']} {d['group'] + '/' if d['group'] else ''}{d['resource']}" for d in found
+            )
+            lines.append(
+                f"provider denials in {cluster}: {len(found)} ("
+                + ", ".join(f"{k} x{n}" for k, n in kinds.most_common())
+                + ")"
+            )
+    return lines or ["provider denials: none in any member's audit log"]
+
+
 def collect_and_audit(
-    clusters: Clusters, airflow: Airflow, plan: Manifest, run_id: str, injector: Injector, origin: float
+    clusters: Ground, airflow: Airflow, plan: Manifest, run_id: str, injector: Injector, origin: float
 ) -> Audit:
     journals = []
     for cluster in clusters.names:
@@ -246,6 +315,7 @@ def collect_and_audit(
         logs=logs,
         origin=origin,
         silences=silences(injector, origin),
+        grace=plan.unreachable_grace,
     )
 
 
@@ -254,7 +324,7 @@ def silences(injector: Injector, origin: float) -> list[Silence]:
     the journals' wall-clock time."""
     found = []
     for record in injector.applied:
-        if record.kind not in ("down", "node-not-ready") or record.applied_at is None:
+        if record.kind not in SILENCING or record.applied_at is None:
             continue
         cluster, _, node = record.target.partition("/")
         end = origin + record.ended_at if record.ended_at is not None else float("inf")
@@ -266,6 +336,7 @@ def write_result(
     work: Path,
     profile: Profile,
     executor: str,
+    ground: str,
     result: Audit,
     injector: Injector,
     minutes: float,
@@ -276,9 +347,10 @@ def write_result(
     (work / "result.json").write_text(
         json.dumps(
             {
-                "summary": result.summary(executor, len(injector.applied), minutes),
+                "summary": result.summary(executor, len(injector.applied), minutes, ground),
                 "profile": profile.name,
                 "executor": executor,
+                "ground": ground,
                 "run_state": state,
                 "faults": [r.line() for r in injector.records],
                 "findings": [f.line() for f in result.findings],
@@ -296,11 +368,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
     parser.add_argument("--executor", choices=("local", "celery"), default="local")
-    parser.add_argument("--work", type=Path, help="work directory (default .soak/<profile>-<executor>)")
+    parser.add_argument(
+        "--ground",
+        choices=("testbed", "sim"),
+        default="testbed",
+        help="the test bed's real control planes (needs `make testbed`), or the simulated clusters",
+    )
+    parser.add_argument(
+        "--work", type=Path, help="work directory (default .soak/<profile>-<executor>, -sim on the simulator)"
+    )
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
-    work = args.work or REPO / ".soak" / f"{profile.name}-{args.executor}"
-    return soak(profile, args.executor, work)
+    suffix = "-sim" if args.ground == "sim" else ""
+    work = args.work or REPO / ".soak" / f"{profile.name}-{args.executor}{suffix}"
+    return soak(profile, args.executor, work, args.ground)
 
 
 if __name__ == "__main__":

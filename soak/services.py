@@ -13,12 +13,13 @@ import glob
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -69,6 +70,36 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 20.0) -> Non
 
 
 # PostgreSQL ------------------------------------------------------------------------------------------
+class PostgresServer:
+    """The soak's PostgreSQL server process: stopped and started again by the ``restart-database`` fault
+    (same data, same port)."""
+
+    def __init__(self, command: list[str], log: Path) -> None:
+        self.command, self.log = command, log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start_server(self) -> None:
+        out = self.log.open("ab")
+        self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT)
+
+    def stop_server(self) -> None:
+        """SIGTERM: PostgreSQL's smart shutdown would wait for Airflow's sessions, so a fast one (SIGINT)
+        ends them, as a database failover does."""
+        if self.process is not None and self.process.poll() is None:
+            import psutil
+
+            # As root the server runs under runuser, which would turn a signal into SIGTERM then SIGKILL:
+            # the postmaster itself is told.
+            children = psutil.Process(self.process.pid).children()
+            postmaster = children[0].pid if self.command[0] == "runuser" and children else self.process.pid
+            os.kill(postmaster, signal.SIGINT)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=20)
+
+
 @dataclass(frozen=True)
 class Postgres:
     host: str
@@ -76,6 +107,7 @@ class Postgres:
     user: str
     password: str
     database: str
+    server: PostgresServer | None = field(default=None, compare=False, repr=False)
 
     @property
     def sqlalchemy_url(self) -> str:
@@ -136,9 +168,9 @@ def postgres(log_dir: Path, database: str = "airflow") -> Iterator[Postgres]:
         raise ServiceError(f"PostgreSQL initdb failed: {init.stderr.strip()[-500:]}")
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
-    log = (log_dir / "postgres.log").open("wb")
+    (log_dir / "postgres.log").write_bytes(b"")
     # Durability is not what a soak measures: no fsync keeps the 2-core machine's disk out of the figures.
-    server = subprocess.Popen(
+    control = PostgresServer(
         _as_server_user(
             [
                 *(str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets)),
@@ -146,9 +178,11 @@ def postgres(log_dir: Path, database: str = "airflow") -> Iterator[Postgres]:
                 *("-c", "synchronous_commit=off", "-c", "full_page_writes=off"),
             ]
         ),
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        log_dir / "postgres.log",
     )
+    control.start_server()
+    server = control.process
+    assert server is not None
     try:
         env = {**os.environ, "PGPASSWORD": password}
 
@@ -165,9 +199,9 @@ def postgres(log_dir: Path, database: str = "airflow") -> Iterator[Postgres]:
         )
         if create.returncode != 0:
             raise ServiceError(f"PostgreSQL createdb {database} failed: {create.stderr.strip()}")
-        yield Postgres("127.0.0.1", port, user, password, database)
+        yield Postgres("127.0.0.1", port, user, password, database, control)
     finally:
-        stop_process(server)
+        control.stop_server()
         shutil.rmtree(root, ignore_errors=True)
 
 

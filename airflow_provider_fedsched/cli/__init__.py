@@ -22,6 +22,7 @@ from airflow_provider_fedsched.cli._common import (
     EXIT_OK,
     UsageError,
     airflow_lookup_context,
+    logs_on_stderr,
     silence_stdout,
 )
 
@@ -71,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser(argv).parse_args(argv)
-        with airflow_lookup_context():
+        with airflow_lookup_context(), logs_on_stderr():
             code = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at interpreter exit
         return code

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from airflow_provider_fedsched.federation.limits import (
 )
 
 if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.resources import ResourceList
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
     from airflow_provider_fedsched.federation.spec import FederationSpec
     from airflow_provider_fedsched.sim.config import SimConfig
@@ -45,12 +47,15 @@ __all__ = [
     "bounded_float",
     "bounded_int",
     "check_clusters",
+    "check_output",
     "jsonable",
     "key_value",
     "live_snapshots",
     "load_federation",
     "load_sim_config",
     "load_snapshot_file",
+    "logs_on_stderr",
+    "open_output",
     "parse_duration",
     "parse_time",
     "print_json",
@@ -169,6 +174,39 @@ def regular_file(path: str, option: str) -> Path:
     return Path(path)
 
 
+def check_output(path: str, option: str) -> None:
+    """Before any work: ``path`` can be written as a file (not a folder, its folder exists). A named pipe
+    is checked when it is opened (:func:`open_output`): opening it here would end its reader's input."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        parent = os.path.dirname(path) or "."
+        if not os.path.isdir(parent):
+            raise UsageError(f"{option} {path}: its folder {parent} does not exist") from None
+        return
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"{option} {path}: is a folder; give a file path")
+
+
+def open_output(path: str, option: str) -> Any:
+    """``path`` opened for writing text, never blocking: a named pipe nobody reads is refused at once
+    (opened plainly, it would wait for a reader for ever)."""
+    import errno
+
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise UsageError(f"{option} {path}: a named pipe that nothing reads") from None
+        raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "w", encoding="utf-8", newline="")
+
+
 def jsonable(value: Any) -> Any:
     """``value`` with every non-finite float replaced by None: JSON has no Infinity or NaN."""
     if isinstance(value, float):
@@ -257,7 +295,7 @@ def load_sim_config(args: argparse.Namespace) -> SimConfig:
     try:
         config = load_config(args.config) if args.config else default_config()
     except SimConfigError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"--config {exc}") from None
     if args.time_scale is not None and not 0 < args.time_scale <= 100:
         raise UsageError(f"--time-scale: must be in (0, 100], got {args.time_scale}")
     return config
@@ -327,6 +365,119 @@ def add_member_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@contextlib.contextmanager
+def logs_on_stderr() -> Iterator[None]:
+    """Airflow's logs on stderr for the verb's duration: stdout is the verb's table or JSON document.
+
+    Airflow configures its logging when first imported, binding its handler to whatever ``sys.stdout`` is
+    then, and structlog's loggers to ``sys.stdout`` when each is made; an Airflow log line (a connection
+    it cannot parse, a deprecation) would otherwise land inside ``fedsched ... --json``. A verb imports
+    Airflow only when it needs it, so the first import of ``airflow`` is wrapped (stdout pointing at
+    stderr while Airflow configures itself, structlog's logger factory pointed at stderr after); when
+    Airflow is already imported (the verbs run in-process from tests), its handlers are pointed at
+    stderr now. Airflow's traceback for a connection extra that is not JSON is left out: the verb checks
+    every member's extra itself and names the connection in one line. Everything is put back on exit.
+    """
+    undo: list[Callable[[], None]] = [_without_extra_tracebacks()]
+    if "airflow" in sys.modules:
+        undo.extend(_airflow_logging_to_stderr())
+        finder = None
+    else:
+        finder = _FirstAirflowImport(undo)
+        sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        if finder is not None and finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        for action in reversed(undo):
+            action()
+
+
+class _FirstAirflowImport:
+    """A ``sys.meta_path`` finder that finds nothing itself: it wraps the loader of ``airflow`` (once) so
+    that Airflow configures its logging with stdout pointing at stderr."""
+
+    def __init__(self, undo: list[Callable[[], None]]) -> None:
+        self.undo = undo
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "airflow":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)  # find the real spec without coming back here
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+        undo = self.undo
+
+        def exec_on_stderr(module: Any) -> None:
+            with contextlib.redirect_stdout(sys.stderr):
+                exec_module(module)
+            undo.extend(_airflow_logging_to_stderr())
+
+        loader.exec_module = exec_on_stderr  # this spec's own loader instance, used once
+        return spec
+
+
+_EXTRA_LOGGERS = ("airflow.sdk.definitions.connection", "airflow.models.connection")
+"""Where Airflow logs, with a traceback, a connection extra it cannot parse as JSON."""
+
+
+def _without_extra_tracebacks() -> Callable[[], None]:
+    """Drop Airflow's log records about a connection extra that is not JSON; returns how to stop."""
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not message.startswith(("Failed to deserialize extra", "Failed parsing the json"))
+
+    for name in _EXTRA_LOGGERS:
+        logging.getLogger(name).addFilter(keep)
+
+    def stop() -> None:
+        for name in _EXTRA_LOGGERS:
+            logging.getLogger(name).removeFilter(keep)
+
+    return stop
+
+
+def _airflow_logging_to_stderr() -> list[Callable[[], None]]:
+    """Point Airflow's configured log output at stderr: the stdlib handlers writing to stdout, and
+    structlog's logger factory when it writes to stdout by default. Returns how to put each back."""
+    import logging
+
+    undo: list[Callable[[], None]] = []
+    stdouts = {id(sys.stdout), id(sys.__stdout__)} - {id(sys.stderr)}  # a verb may point stdout at stderr
+    loggers = [
+        logging.getLogger(),
+        *(item for item in logging.Logger.manager.loggerDict.values() if isinstance(item, logging.Logger)),
+    ]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and id(handler.stream) in stdouts:
+                previous = handler.setStream(sys.stderr)
+                if previous is not None:
+                    undo.append(functools.partial(handler.setStream, previous))
+    try:
+        import structlog
+    except ImportError:
+        return undo
+    factory: Any = structlog.get_config().get("logger_factory")
+    # Airflow's factory: a logger class and its stream, None meaning "sys.stdout when the logger is made".
+    if getattr(factory, "io", False) is None and isinstance(getattr(factory, "cls", None), type):
+        binary = issubclass(factory.cls, structlog.BytesLogger)
+        stream: Any = sys.stderr.buffer if binary and hasattr(sys.stderr, "buffer") else sys.stderr
+        if binary and stream is sys.stderr:
+            return undo  # a text-only stderr (in-process tests): nothing a bytes logger can write to
+        structlog.configure(logger_factory=type(factory)(factory.cls, stream))
+        undo.append(lambda: structlog.configure(logger_factory=factory))
+    return undo
+
+
 PROCESS_CONTEXT = "_AIRFLOW_PROCESS_CONTEXT"
 """Where Airflow 3's Task SDK looks to choose the secrets backends a connection lookup reads."""
 
@@ -354,22 +505,31 @@ def airflow_lookup_context() -> Iterator[None]:
 
 
 def live_snapshots(
-    spec: FederationSpec, kubeconfig: str | None, timeout: float
+    spec: FederationSpec,
+    kubeconfig: str | None,
+    timeout: float,
+    limits: dict[str, dict[str, ResourceList]] | None = None,
 ) -> dict[str, ClusterSnapshot]:
     """Every member's snapshot, read now; every problem becomes a :class:`UsageError` or a reason.
+    ``limits`` receives each answering member's hard quota limits per namespace.
 
     With a kubeconfig the clusters are read directly (no Airflow import: about a second for a few local
     clusters); without one, members resolve through their Airflow connections, as the operator resolves
-    them (see :func:`airflow_lookup_context`). A connection that exists nowhere is a mistake in the spec or
-    a connection never added: an error naming it; any other member problem is that member's reason.
+    them (see :func:`airflow_lookup_context`). A connection that exists nowhere (a mistake in the spec or
+    a connection never added) or cannot be read (its extra not a JSON object): an error naming it; any
+    other member problem is that member's reason.
     """
     if not 0 < timeout <= MAX_TIMEOUT:
         raise UsageError(f"--timeout: must be in (0, {MAX_TIMEOUT:g}] seconds (got {timeout:g})")
     if kubeconfig is not None:
         check_kubeconfig_file(spec, kubeconfig)
-        return _snapshots_from_kubeconfig(spec, kubeconfig, timeout)
+        return _snapshots_from_kubeconfig(spec, kubeconfig, timeout, limits)
     from airflow_provider_fedsched.hooks.federation import FederationHook
-    from airflow_provider_fedsched.kube.access import ClusterAccessError, MissingConnection
+    from airflow_provider_fedsched.kube.access import (
+        ClusterAccessError,
+        MalformedConnection,
+        MissingConnection,
+    )
     from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
 
     hook = FederationHook(spec, snapshot_timeout=timeout, state=FederationState(MemoryStateBackend()))
@@ -378,15 +538,20 @@ def live_snapshots(
         try:
             hook.access(member.name)  # resolved once: the collection below reuses it
         except MissingConnection as exc:
-            missing.append(
-                f"{exc} (not in a secrets backend, AIRFLOW_CONN_{member.conn_id.upper()} or "
-                "the metadata database)"
+            where = (
+                f"not in a secrets backend, AIRFLOW_CONN_{member.conn_id.upper()} or the metadata database"
             )
+            missing.append(f"{exc} ({where})" if exc.problem == MissingConnection.PROBLEM else str(exc))
+        except MalformedConnection as exc:  # the connection to fix, as a missing one
+            missing.append(str(exc))
         except ClusterAccessError:
             pass  # the collection reports it as the member's reason
     if missing:
         raise UsageError("; ".join(missing))
-    return hook.collect()
+    snapshots = hook.collect()
+    if limits is not None:
+        limits.update({name: hook.state.quota_limits.get(name) for name in snapshots})
+    return snapshots
 
 
 def check_kubeconfig_file(spec: FederationSpec, kubeconfig: str) -> None:
@@ -407,7 +572,10 @@ def check_kubeconfig_file(spec: FederationSpec, kubeconfig: str) -> None:
 
 
 def _snapshots_from_kubeconfig(
-    spec: FederationSpec, kubeconfig: str, timeout: float
+    spec: FederationSpec,
+    kubeconfig: str,
+    timeout: float,
+    limits: dict[str, dict[str, ResourceList]] | None = None,
 ) -> dict[str, ClusterSnapshot]:
     """Each member through the kubeconfig context named after it, concurrently, each within ``timeout``."""
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
@@ -430,5 +598,5 @@ def _snapshots_from_kubeconfig(
             snapshots[member.name] = ClusterSnapshot(
                 cluster=member.name, observed_at=datetime.now(UTC), reachable=False, reason=exc.problem
             )
-    snapshots.update(run_in_background(collect_snapshots(accesses, timeout)))
+    snapshots.update(run_in_background(collect_snapshots(accesses, timeout, limits)))
     return snapshots

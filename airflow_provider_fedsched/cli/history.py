@@ -12,7 +12,14 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_fedsched.cli._common import EXIT_OK, UsageError, parse_time, require_airflow_database
+from airflow_provider_fedsched.cli._common import (
+    EXIT_OK,
+    UsageError,
+    check_output,
+    open_output,
+    parse_time,
+    require_airflow_database,
+)
 
 __all__ = ["add_parser", "export"]
 
@@ -65,11 +72,12 @@ def export(args: argparse.Namespace) -> int:
     until = parse_time(args.until, "--until") if args.until else None
     if since is not None and until is not None and until <= since:
         raise UsageError(f"--until: {args.until} is not after --since {args.since}")
+    check_output(args.out, "--out")
     require_airflow_database("xcom")
     records, unreadable = _records(since, until, args.dag_id)
     result = tasks_from_records(records)
     try:
-        write_pods(args.out, result.tasks)
+        write_pods(open_output(args.out, "--out"), result.tasks)
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot write it: {exc.strerror or exc}") from None
     notes = [f"{count} {why}" for why, count in sorted(result.skipped.items())]

@@ -1,10 +1,10 @@
-"""``fedsched place``: ask the federation engine where a task would go, from a spec and a snapshot file
-(or snapshots read now, with ``--live``)."""
+"""``fedsched place``: ask the placement cycle where a task would go, from a spec and a snapshot file
+(or snapshots read now, with ``--live``): the answer a task gets from the same inputs, nothing held."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,13 +24,17 @@ from airflow_provider_fedsched.cli._common import (
     print_json,
 )
 from airflow_provider_fedsched.federation import (
+    Decision,
     FederationEngine,
+    PolicySpec,
     QuantityError,
+    ResourceList,
     SpecError,
     TaskRequest,
     Toleration,
     parse_resource_list,
 )
+from airflow_provider_fedsched.federation.cycle import FixedState
 
 _FUTURE_TOLERANCE = timedelta(hours=1)
 """How far past this machine's clock a saved snapshot's observed_at may be (clock skew between machines)."""
@@ -113,9 +117,14 @@ def build_request(args: argparse.Namespace) -> TaskRequest:
             expected_duration_seconds=parse_duration(args.duration),
         )
     except SpecError as exc:
-        field = str(exc).removeprefix("request.").split(":")[0].split(".")[0].split("[")[0]
-        option = _OPTIONS.get(field)
-        raise UsageError(f"{option}: {exc}" if option else str(exc)) from None
+        raise _naming_the_option(exc) from None
+
+
+def _naming_the_option(exc: SpecError) -> UsageError:
+    """A problem with a request field, led by the option that filled it."""
+    field = str(exc).removeprefix("request.").split(":")[0].split(".")[0].split("[")[0]
+    option = _OPTIONS.get(field)
+    return UsageError(f"{option}: {exc}" if option else str(exc))
 
 
 def _forecast(items: Sequence[str]) -> dict[str, float] | None:
@@ -142,12 +151,31 @@ def _weights(items: Sequence[str]) -> dict[str, Any]:
     return {"weights": weights} if weights else {}
 
 
+WHAT_IF_PLACEMENT = "what-if"
+"""The placement id of a what-if (nothing is held under it)."""
+
+
+def what_if(
+    request: TaskRequest,
+    state: FixedState,
+    policy: PolicySpec | None = None,
+    forecast: Mapping[str, float] | None = None,
+) -> Decision:
+    """Where the task would go given ``state``: the placement cycle a task runs (cooldown retry, hard
+    quotas, the impossible verdict, the tenant's permit), holding nothing."""
+    return state.cycle(FederationEngine(state.spec)).place(
+        request, WHAT_IF_PLACEMENT, policy=policy, forecast=forecast
+    )
+
+
 def run_place(args: argparse.Namespace) -> int:
     if args.live == (args.snapshots is not None):
         raise UsageError("give either --snapshots SNAP.yaml or --live (read the clusters now)")
     spec = load_federation(args.federation)
+    # Read live: each member's hard quota limits per namespace (a request above one is "never").
+    quotas: dict[str, dict[str, ResourceList]] = {}
     if args.live:
-        snapshots = live_snapshots(spec, args.kubeconfig, args.timeout)
+        snapshots = live_snapshots(spec, args.kubeconfig, args.timeout, quotas)
     else:
         snapshots = load_snapshot_file(args.snapshots)
     request = build_request(args)
@@ -174,16 +202,10 @@ def run_place(args: argparse.Namespace) -> int:
     check_clusters(spec, forecast or {}, "--forecast")
     cooldowns = {name: now + timedelta(seconds=policy.cooldown_seconds) for name in args.cooldown or []}
     try:
-        decision = FederationEngine(spec).decide(
-            request,
-            snapshots,
-            now=now,
-            cooldowns=cooldowns,
-            forecast=forecast,
-            policy=policy,
-        )
+        state = FixedState.of(spec, snapshots, now, cooldowns=cooldowns, quotas=quotas)
+        decision = what_if(request, state, policy, forecast)
     except SpecError as exc:
-        raise UsageError(str(exc)) from None
+        raise _naming_the_option(exc) from None
     if args.json:
         print_json(decision.to_dict())
     else:

@@ -63,8 +63,25 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+_TRACE_ONLY = {
+    "pods": None,
+    "federation": None,
+    "clusters": 4,
+    "window": 3600.0,
+    "max_run": 3600.0,
+    "copies": 1,
+}
+"""Options that shape a trace (``--nodes``/``--pods``), with their defaults: a scenario has none of them."""
+
+
 def build_workload(args: argparse.Namespace) -> tuple[Federation, str]:
     if args.scenario is not None:
+        given = [name for name, default in _TRACE_ONLY.items() if getattr(args, name) != default]
+        if given:  # silently ignored, it would look applied
+            option = "--" + given[0].replace("_", "-")
+            raise UsageError(
+                f"{option}: applies to a trace (--nodes/--pods), not to --scenario {args.scenario}"
+            )
         return seed_3x20(args.seed), args.scenario
     if args.pods is None:
         raise UsageError("--pods: required with --nodes")

@@ -97,7 +97,7 @@ def _state(state_dir: str) -> tuple[str, dict[str, str | None]]:
     state = Path(state_dir)
     try:
         kubeconfig = parse_yaml(read_text_file(state / "kubeconfig", "kubeconfig"), "kubeconfig")
-        meta = json.loads((state / "sim.json").read_text())
+        meta = json.loads(read_text_file(state / "sim.json", "simulator state"))  # a FIFO would block
         users = {u["name"]: u["user"].get("token") for u in kubeconfig.get("users") or []}
         tokens = {c["name"]: users.get(c["context"]["user"]) for c in kubeconfig.get("contexts") or []}
         return str(meta["control_url"]), tokens

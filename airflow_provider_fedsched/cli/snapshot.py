@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from airflow_provider_fedsched.cli import _common as common
@@ -30,6 +29,8 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from airflow_provider_fedsched.federation.snapshot import dump_snapshots, summarize
 
+    if args.out:
+        common.check_output(args.out, "--out")
     snapshots = common.live_snapshots(common.load_federation(args.federation), args.kubeconfig, args.timeout)
     now = datetime.now(UTC)
     rows = [summarize(snapshots[name], now) for name in sorted(snapshots)]
@@ -37,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         import yaml
 
         try:
-            Path(args.out).write_text(yaml.safe_dump(dump_snapshots(snapshots), sort_keys=False))
+            with common.open_output(args.out, "--out") as handle:
+                handle.write(yaml.safe_dump(dump_snapshots(snapshots), sort_keys=False))
         except OSError as exc:
             raise common.UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
     if args.json:

@@ -19,6 +19,8 @@ def format_path(loc: Sequence[str | int]) -> str:
     """``("datasets", 2, "allowed_regions", 0)`` -> ``datasets[2].allowed_regions[0]``."""
     out = ""
     for part in loc:
+        if part == "[key]":  # pydantic's marker of a mapping's key, after the key itself: the key says it
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -44,6 +46,10 @@ def spec_error(exc: ValidationError, prefix: str = "") -> SpecError:
             # A model's own check raises SpecError with the path below that model already in the message.
             messages.append(join_path(join_path(prefix, format_path(loc) if loc else ""), str(cause)))
             continue
-        messages.append(f"{join_path(prefix, format_path(loc))}: {error['msg']}")
+        message = error["msg"].removeprefix("Value error, ")  # a validator's own words say what is wrong
+        if not loc and error["type"] == "value_error":  # a model's own check, whose message names the path
+            messages.append(join_path(prefix, message))
+            continue
+        messages.append(f"{join_path(prefix, format_path(loc))}: {message}")
     extra = f" (and {len(messages) - 5} more)" if len(messages) > 5 else ""
     return SpecError("; ".join(messages[:5]) + extra)

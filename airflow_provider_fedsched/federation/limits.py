@@ -13,11 +13,12 @@ argument it was given and says what is allowed.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from airflow_provider_fedsched.federation._errors import SpecError
 
@@ -28,6 +29,7 @@ __all__ = [
     "LATEST_TIME",
     "MAX_CLUSTERS",
     "MAX_DATASETS",
+    "MAX_LABEL_VALUE",
     "MAX_NODES_PER_CLUSTER",
     "MAX_PRICE",
     "MAX_QUANTITY",
@@ -39,6 +41,9 @@ __all__ = [
     "SNAPSHOT_LIMITS",
     "SPEC_LIMITS",
     "DocumentLimits",
+    "LabelKey",
+    "LabelValue",
+    "Labels",
     "Price",
     "Seconds",
     "SizeGb",
@@ -46,6 +51,8 @@ __all__ = [
     "check_seconds",
     "check_time",
     "describe",
+    "label_key_problem",
+    "label_value_problem",
 ]
 
 MAX_QUANTITY = 2**63 - 1
@@ -90,6 +97,61 @@ Price = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False
 SizeGb = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_SIZE_GB, allow_inf_nan=False)]
 
 
+MAX_LABEL_VALUE = 63
+"""A Kubernetes label value, and the name part of a label key."""
+MAX_LABEL_PREFIX = 253
+"""The DNS-subdomain prefix of a label key (``example.com/`` in ``example.com/gpu``)."""
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE_RULE = "at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+
+
+def label_value_problem(value: Any) -> str | None:
+    """Why ``value`` is not a Kubernetes label value (None when it is; the empty string is one)."""
+    if not isinstance(value, str):
+        return f"a label value is a string, got {type(value).__name__} {describe(value)}"
+    if len(value) > MAX_LABEL_VALUE or not _LABEL_VALUE.fullmatch(value):
+        return f"{describe(value)} is not a Kubernetes label value ({_LABEL_VALUE_RULE})"
+    return None
+
+
+def label_key_problem(key: Any) -> str | None:
+    """Why ``key`` is not a Kubernetes label key (None when it is): an optional DNS-subdomain prefix of at
+    most 253 characters and ``/``, then a name as a label value, not empty."""
+    if not isinstance(key, str):
+        return f"a label key is a string, got {type(key).__name__} {describe(key)}"
+    prefix, slash, name = key.partition("/") if "/" in key else ("", "", key)
+    if slash and (len(prefix) > MAX_LABEL_PREFIX or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return (
+            f"label key {describe(key)}: its prefix is not a DNS subdomain (lowercase letters, digits, '-' "
+            f"and '.', at most {MAX_LABEL_PREFIX} characters)"
+        )
+    if not name or len(name) > MAX_LABEL_VALUE or not _LABEL_VALUE.fullmatch(name):
+        return f"label key {describe(key)}: its name is not 1..63 characters ({_LABEL_VALUE_RULE})"
+    return None
+
+
+def _label_key(key: str) -> str:
+    problem = label_key_problem(key)
+    if problem is not None:
+        raise ValueError(problem)
+    return key
+
+
+def _label_value(value: str) -> str:
+    problem = label_value_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+Labels = dict[LabelKey, LabelValue]
+"""Labels or a label selector as Kubernetes takes them: a cluster's labels in the spec, a task's
+``cluster_selector`` and ``node_selector``."""
+
+
 @dataclass(frozen=True, slots=True)
 class DocumentLimits:
     """What one YAML/JSON document may cost to read: bytes on disk, YAML nodes once aliases are expanded
@@ -128,7 +190,12 @@ CONFIG_LIMITS = DocumentLimits(max_bytes=4 * 2**20, max_nodes=500_000)
 
 def describe(value: Any, limit: int = 60) -> str:
     """A short, printable rendering of a bad value for an error message (never the whole of a huge one)."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer of more than 4,300 digits has no repr
+        return (
+            f"an integer of {value.bit_length():,} bits" if isinstance(value, int) else type(value).__name__
+        )
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 

@@ -8,7 +8,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_fedsched.federation._loading import SpecError, spec_error
-from airflow_provider_fedsched.federation.limits import MAX_QUANTITY, MAX_SECONDS, NOT_BOOL
+from airflow_provider_fedsched.federation.limits import (
+    MAX_QUANTITY,
+    MAX_SECONDS,
+    NOT_BOOL,
+    Labels,
+    LabelValue,
+    label_key_problem,
+)
 from airflow_provider_fedsched.federation.resources import QuantityError, ResourceList, pod_requests
 from airflow_provider_fedsched.federation.spec import Namespace, Taint, TaintEffect
 
@@ -27,13 +34,15 @@ class Toleration(BaseModel):
 
     key: str = ""
     operator: Literal["Equal", "Exists"] = "Equal"
-    value: str = ""
+    value: LabelValue = ""
     effect: TaintEffect | None = None
     """None tolerates every effect."""
 
     @model_validator(mode="after")
     def _empty_key_needs_exists(self) -> Toleration:
         # SpecError names the field: spec_error() prefixes it with where the toleration sits.
+        if self.key and (problem := label_key_problem(self.key)) is not None:
+            raise SpecError(f"key: {problem}")
         if not self.key and self.operator != "Exists":
             raise SpecError(
                 "operator: an empty key requires operator 'Exists' (it then tolerates every taint)"
@@ -114,9 +123,9 @@ class TaskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     resources: ResourceList = Field(default_factory=dict)
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: Labels = Field(default_factory=dict)
     """Must match the labels of a node that fits."""
-    cluster_selector: dict[str, str] = Field(default_factory=dict)
+    cluster_selector: Labels = Field(default_factory=dict)
     """Must match the cluster's labels in the spec."""
     tolerations: list[Toleration] = Field(default_factory=list)
     datasets: list[str] = Field(default_factory=list)

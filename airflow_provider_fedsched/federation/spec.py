@@ -28,6 +28,9 @@ from airflow_provider_fedsched.federation.limits import (
     MAX_WEIGHT,
     NOT_BOOL,
     SPEC_LIMITS,
+    LabelKey,
+    Labels,
+    LabelValue,
     Price,
     Seconds,
     SizeGb,
@@ -79,9 +82,9 @@ class _Model(BaseModel):
 class Taint(_Model):
     """A Kubernetes taint (on a node, or on a whole cluster in the spec)."""
 
-    key: Annotated[str, Field(min_length=1, max_length=317)]
+    key: LabelKey
     """A qualified name: an optional DNS prefix (253) and '/', then a name (63)."""
-    value: Annotated[str, Field(max_length=63)] = ""
+    value: LabelValue = ""
     effect: TaintEffect
 
     def __str__(self) -> str:
@@ -138,7 +141,8 @@ class ClusterSpec(_Model):
     region: Region
     group: Region | None = None
     """Proximity group (same metro); defaults to the region."""
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
+    """Matched by a task's ``cluster_selector``; keys and values as Kubernetes labels."""
     taints: list[Taint] = Field(default_factory=list)
     prices: Prices = Field(default_factory=Prices)
     namespace: Namespace | None = None
@@ -355,6 +359,14 @@ class FederationSpec(_Model):
             groups=frozenset(cluster.proximity_group for cluster in self.clusters),
             tenants={tenant.name: tenant for tenant in self.tenants},
         )
+
+    @cached_property
+    def region_groups(self) -> dict[str, str]:
+        """Region -> the proximity group of its first cluster (computed once: decisions read it)."""
+        groups: dict[str, str] = {}
+        for cluster in self.clusters:
+            groups.setdefault(cluster.region, cluster.proximity_group)
+        return groups
 
     def cluster(self, name: str) -> ClusterSpec:
         found = self._names.clusters.get(name)

@@ -42,7 +42,8 @@ __all__ = [
 NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 TenantName = Annotated[str, Field(min_length=1, max_length=63, pattern=NAME_PATTERN)]
 """A tenant's name is also a label value on its pods: at most 63 characters."""
-Quantities = dict[str, str | int | float]
+Quantities = dict[str, Annotated[str | int | float, NOT_BOOL]]
+"""Resource name -> quantity; a boolean is refused (``cpu: true`` is not one cpu)."""
 Period = Literal["day", "week", "month"]
 
 

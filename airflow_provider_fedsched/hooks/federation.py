@@ -7,6 +7,8 @@ takes milliseconds. A cluster that does not answer in time is unavailable, with 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -17,20 +19,19 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_fedsched.federation.costs import decision_costs
+from airflow_provider_fedsched.federation.cycle import FederationView, PlacementCycle, in_flight_of
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.forecast import ForecastModel
 from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.request import TaskRequest
-from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, load_spec
-from airflow_provider_fedsched.hooks import decisions, ledgers, metrics, planning, sensing, tenancy
-from airflow_provider_fedsched.hooks.parts import FederationView
+from airflow_provider_fedsched.hooks import ledgers, metrics, planning, ports, sensing, tenancy
 from airflow_provider_fedsched.kube.access import (
     ClusterAccess,
     ClusterAccessError,
+    MalformedConnection,
     MissingConnection,
     access_from_extras,
     access_from_kubeconfig_file,
@@ -43,7 +44,7 @@ from airflow_provider_fedsched.state import (
     StateBackend,
     open_backend,
 )
-from airflow_provider_fedsched.state.stores import by_cluster_and_tenant
+from airflow_provider_fedsched.validation.connection import extra_problem
 
 VARIABLE_PREFIX = "variable:"
 EMBED_LIMIT = 100
@@ -55,8 +56,10 @@ DEFAULT_SNAPSHOT_TIMEOUT = 2.0
 POLL_INTERVAL_BOUNDS = (2.0, 120.0)
 """Status polling and health checks: never more often than every 2 s, never less than every 2 min."""
 
-# Deciding and reserving happen under one lock per process, so that concurrent placements in a process
-# (threads, triggers) each see the reservations of the ones before.
+# Without placement ledgers ([fedsched] placement_ledger = False), deciding and reserving happen under one
+# lock per process, so that concurrent placements in a process (threads) each see the reservations of the
+# ones before. With them, the ledger's compare-and-set arbitrates between threads as between processes,
+# and a process's placements run side by side.
 _placement_lock = threading.Lock()
 
 
@@ -205,16 +208,22 @@ class FederationHook(BaseHook):
 
         ``exclude``: clusters left in this try (considered again once a snapshot taken after
         ``excluded_at`` shows them answering); ``impossible``: clusters found never to fit it (see
-        hooks/decisions.py)."""
-        return decisions.decide(
-            self,
+        the placement cycle, federation/cycle.py)."""
+        return self.cycle.decide(
             request,
-            exclude=exclude or {},
-            excluded_at=excluded_at or {},
-            impossible=impossible or {},
+            exclude=exclude,
+            excluded_at=excluded_at,
+            impossible=impossible,
             policy=policy,
             forecast=forecast,
             now=now,
+        )
+
+    @cached_property
+    def cycle(self) -> PlacementCycle:
+        """The placement cycle over this hook's ports: shared state, the members' ledgers, reclaim."""
+        return PlacementCycle(
+            self.engine, ports.HookState(self), ports.HookLedger(self), ports.HookReclaimer(self)
         )
 
     def view(
@@ -225,11 +234,8 @@ class FederationHook(BaseHook):
         names = list(clusters)
         snapshots = self.snapshots(names, now=now)
         now = datetime.now(UTC) if now is None else now  # a refresh may have taken a moment
-        holds = self.state.reservations.holds(snapshots, now)
-        reservations, by_tenant = by_cluster_and_tenant(holds)
-        in_flight: dict[str, list[ResourceList]] = {}
-        for hold in holds:  # oldest first: the engine charges them in the order they were placed
-            in_flight.setdefault(hold.cluster, []).append(hold.requests)
+        # Oldest first: the engine charges them in the order they were placed.
+        reservations, in_flight, by_tenant = in_flight_of(self.state.reservations.holds(snapshots, now))
         return FederationView(
             snapshots=snapshots,
             cooldowns=self.state.cooldowns.in_force(names, now, namespace=namespace),
@@ -251,9 +257,9 @@ class FederationHook(BaseHook):
         forecast: Mapping[str, float] | None = None,
     ) -> Decision:
         """Decide and, when placed, hold the request on the chosen cluster: in that cluster's ledger
-        (compare-and-set, across processes and hosts), and in shared state for the next decisions. A
-        cluster whose ledger has no room left (other workers took it) is left out and the decision made
-        again; deciding and reserving are one step per process."""
+        (compare-and-set, across threads, processes and hosts), and in shared state for the next decisions.
+        A cluster whose ledger has no room left (other workers took it) is left out and the decision made
+        again. Without ledgers, deciding and reserving are one step per process."""
         started = time.perf_counter()
         decision = self._place(request, placement_id, exclude, excluded_at, impossible, policy, forecast)
         metrics.decision(decision, time.perf_counter() - started)
@@ -269,36 +275,16 @@ class FederationHook(BaseHook):
         policy: PolicySpec | None,
         forecast: Mapping[str, float] | None,
     ) -> Decision:
-        with _placement_lock:
-            full: dict[str, str] = {}
-            while True:
-                decision = self.decide(
-                    request,
-                    exclude={**(exclude or {}), **full},
-                    excluded_at=excluded_at,
-                    impossible=impossible,
-                    policy=policy,
-                    forecast=forecast,
-                )
-                if decision.outcome != "placed" or decision.cluster is None:
-                    tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
-                    reclaimed = tenancy.reclaim(self, request, decision)
-                    if reclaimed is not None:
-                        decision.extra["reclaim"] = reclaimed
-                    return decision
-                if not self.reserve(decision.cluster, request, placement_id, policy=policy):
-                    full[decision.cluster] = "its ledger is full: placements of other workers took the room"
-                    continue
-                over = tenancy.admitted(self, request, placement_id, decision.cluster, datetime.now(UTC))
-                if over is not None:
-                    self.release(decision.cluster, placement_id)
-                    decision = tenancy.taken(decision, over)
-                else:
-                    decision.extra["cost"] = decision_costs(self.spec, request, decision)
-                    if request.tenant is not None:
-                        decision.extra["tenant"] = request.tenant
-                tenancy.note_decision(self, request, placement_id, decision, decision.decided_at)
-                return decision
+        with _placement_lock if not ledgers.enabled() else contextlib.nullcontext():
+            return self.cycle.place(
+                request,
+                placement_id,
+                exclude=exclude,
+                excluded_at=excluded_at,
+                impossible=impossible,
+                policy=policy,
+                forecast=forecast,
+            )
 
     def reserve(
         self,
@@ -310,17 +296,11 @@ class FederationHook(BaseHook):
     ) -> bool:
         """Hold ``request`` on ``cluster`` until its snapshot shows the pod with ``placement_id``: in the
         cluster's ledger when it keeps one (False when the room is gone), and in shared state."""
-        if ledgers.hold(self, cluster, request, placement_id, policy) is False:
-            return False
-        self.state.reservations.hold(
-            cluster, request.resources, now or datetime.now(UTC), placement_id, tenant=request.tenant
-        )
-        return True
+        return self.cycle.ledger.reserve(cluster, request, placement_id, policy, now)
 
     def release(self, cluster: str, placement_id: str) -> None:
         """Drop the reservation of ``placement_id`` (its pod ended or left the cluster)."""
-        self.state.reservations.release(cluster, placement_id)
-        ledgers.release(self, cluster, placement_id)
+        self.cycle.ledger.release(cluster, placement_id)
 
     def cool_down(
         self, cluster: str, reason: str, now: datetime | None = None, namespace: str | None = None
@@ -479,13 +459,51 @@ def _access_from_connection(cluster: str, conn_id: str, namespace: str | None) -
     try:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        raise MissingConnection(cluster, conn_id) from None
+        raise _not_found(cluster, conn_id) from None
     except Exception as exc:  # the secrets backend's own failure: name it, never dump the connection
-        raise ClusterAccessError(
+        raise MalformedConnection(
             cluster, conn_id, f"connection cannot be read ({type(exc).__name__})"
         ) from None
+    # Checked before Airflow reads it: Airflow logs a traceback and reads no extras at all.
+    problem = extra_problem(connection.extra)
+    if problem is not None:
+        raise MalformedConnection(cluster, conn_id, problem)
+    return access_from_extras(cluster, conn_id, connection.conn_type, connection.extra_dejson, namespace)
+
+
+def _not_found(cluster: str, conn_id: str) -> ClusterAccessError:
+    """Why Airflow found no connection ``conn_id``. Airflow also says "not found" when a backend holds it
+    but fails to read it (a database row whose extra is not JSON, logged only at debug level): ask each
+    backend once more and name the one that fails and why; else the connection does not exist."""
     try:
-        extras = connection.extra_dejson
-    except Exception:
-        raise ClusterAccessError(cluster, conn_id, "connection extras are not valid JSON") from None
-    return access_from_extras(cluster, conn_id, connection.conn_type, extras, namespace)
+        from airflow.sdk.execution_time.supervisor import ensure_secrets_backend_loaded
+
+        backends = ensure_secrets_backend_loaded()
+    except Exception:  # an Airflow without this lookup: what Airflow said stands
+        return MissingConnection(cluster, conn_id)
+    for backend in backends:
+        where = f"connection cannot be read from {type(backend).__name__}"
+        try:
+            found = backend.get_connection(conn_id=conn_id)
+            extra = None if found is None else found.extra  # a database row's extra is decrypted here
+        except Exception as exc:
+            # Airflow's own message for a stored extra that is not JSON names the field; any other
+            # exception is named by its type only (its text may quote the connection).
+            if type(exc).__module__.startswith("sqlalchemy"):  # no table yet, or no database at all
+                return MissingConnection(
+                    cluster,
+                    conn_id,
+                    f"connection is in no secrets backend nor AIRFLOW_CONN_{conn_id.upper()}, and the "
+                    f"metadata database cannot be read ({type(exc).__name__}: before `airflow db migrate`?)",
+                )
+            if isinstance(exc, json.JSONDecodeError):  # its position, never the text around it
+                reason = f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+            elif "non-JSON in `extra`" in str(exc):
+                reason = "its extra is not valid JSON"
+            else:
+                reason = type(exc).__name__
+            return MalformedConnection(cluster, conn_id, f"{where}: {reason}")
+        if found is not None:
+            problem = extra_problem(extra) or "Airflow fails on it"
+            return MalformedConnection(cluster, conn_id, f"{where}: {problem}")
+    return MissingConnection(cluster, conn_id)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_fedsched.federation.resources import ResourceList, add
 from airflow_provider_fedsched.kube.clients import shared_sync_client
 from airflow_provider_fedsched.kube.ledger import LedgerUnavailable, PlacementLedger
 from airflow_provider_fedsched.state import RESERVATION_TTL
@@ -69,11 +71,19 @@ def hold(
         return None
     only_here = request.model_copy(update={"clusters": [cluster]})
 
-    def fits(held: dict[str, int]) -> bool:
+    def fits(held: list[ResourceList]) -> bool:
         from datetime import UTC, datetime
 
+        # The held placements as pods in flight, as the hook's decision passes its reservations: charged
+        # as one sum instead, they would take room on nodes their pods cannot use, and the ledger would
+        # refuse the cluster the decision found room on.
         again = hook.engine.decide(
-            only_here, {cluster: snapshot}, now=datetime.now(UTC), reservations={cluster: held}, policy=policy
+            only_here,
+            {cluster: snapshot},
+            now=datetime.now(UTC),
+            reservations={cluster: reduce(add, held, ResourceList())},
+            in_flight={cluster: held},
+            policy=policy,
         )
         return again.outcome == "placed"
 
@@ -87,6 +97,7 @@ def hold(
             fits=fits,
             landed=landed,
             ttl=RESERVATION_TTL.total_seconds(),
+            roles=[(role.count, role.resources) for role in request.gang],
         )
     except LedgerUnavailable as exc:
         _give_up(hook, cluster, exc)

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_fedsched.federation.plugins.tenancy import (
-    fair_share_text,
-    room_taken,
-    tenant_demand,
-    waiting_ahead,
+from airflow_provider_fedsched.federation.cycle import (
+    budget_periods,
+    permit_checks,
+    tenant_inputs,
+    tenant_permit,
 )
 from airflow_provider_fedsched.federation.reclaim import (
     ROOM_REFUSED_BY,
@@ -29,18 +29,16 @@ from airflow_provider_fedsched.federation.reclaim import (
     entitled_by,
     plan_reclaim,
 )
-from airflow_provider_fedsched.federation.resources import ResourceList, add, subtract
+from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.tenancy import TenantInputs, WaitingTask, period_start
 from airflow_provider_fedsched.hooks import metrics
 from airflow_provider_fedsched.kube.clients import run_in_background
 from airflow_provider_fedsched.kube.reclaim import aborrowing_pods, aevict
-from airflow_provider_fedsched.state.stores import Hold, by_cluster_and_tenant, held_before
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.decision import Decision
     from airflow_provider_fedsched.federation.request import TaskRequest
     from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
-    from airflow_provider_fedsched.federation.tenancy import TenantSpec
     from airflow_provider_fedsched.hooks.parts import HookParts
 
 PendingByTenant = Mapping[str, list[tuple[datetime, str, ResourceList]]]
@@ -49,14 +47,6 @@ PendingByTenant = Mapping[str, list[tuple[datetime, str, ResourceList]]]
 def _stored(hook: HookParts) -> dict[str, ClusterSnapshot]:
     """The newest stored snapshot of every member, however old (usage is counted from them)."""
     return {c.name: s for c in hook.spec.clusters if (s := hook.stored_snapshot(c.name)) is not None}
-
-
-def snapshot_usage(snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, ResourceList]:
-    usage: dict[str, ResourceList] = {}
-    for snapshot in snapshots.values():
-        for tenant, amounts in snapshot.tenants.items():
-            usage[tenant] = add(usage.get(tenant, {}), amounts)
-    return usage
 
 
 def inputs(
@@ -71,32 +61,15 @@ def inputs(
     spec = hook.spec
     if not spec.tenants:
         return None
-    usage = snapshot_usage(snapshots)
-    for name, held in pending.items():
-        for _, _, requests in held:
-            usage[name] = add(usage.get(name, {}), tenant_demand(requests))
-    borrowed: dict[str, ResourceList] = {}
-    for tenant in spec.tenants:
-        over = {
-            name: used - tenant.quota_units[name]
-            for name, used in usage.get(tenant.name, {}).items()
-            if name in tenant.quota_units and used > tenant.quota_units[name]
-        }
-        if over:
-            borrowed[tenant.name] = over
-    starts = {t.name: period_start(t.budget.period, now) for t in spec.tenants if t.budget is not None}
+    starts = budget_periods(spec, now)
     spent, moved = hook.state.spend.totals(starts, now) if starts else ({}, {})
-    capacity: ResourceList = {}
-    for snapshot in snapshots.values():
-        if snapshot.reachable:
-            capacity = add(capacity, snapshot.index.total_allocatable)
-    return TenantInputs(
-        usage=usage,
-        borrowed=borrowed,
-        waiting=tuple(hook.state.waiting.current(now) if waiting is None else waiting),
+    return tenant_inputs(
+        spec,
+        snapshots,
+        pending,
+        waiting=hook.state.waiting.current(now) if waiting is None else waiting,
         spent=spent,
         egress_gb=moved,
-        capacity=capacity,
     )
 
 
@@ -118,18 +91,13 @@ def note_decision(
 def admitted(
     hook: HookParts, request: TaskRequest, placement_id: str, cluster: str, now: datetime
 ) -> str | None:
-    """After holding ``placement_id`` on ``cluster``: None when, counting every reservation held before
-    it (by time, then placement id), the tenant stays within its quota and the request still leaves a
-    more under-served tenant's waiting tasks their room there; else the reason (the caller releases the
-    hold and waits)."""
+    """After holding ``placement_id`` on ``cluster``: the placement cycle's permit
+    (``federation/cycle.py``, :func:`tenant_permit`) over every hold read back from shared state once
+    concurrent holds of other workers had the backend's settle time to land."""
     if request.tenant is None or not hook.spec.tenants:
         return None
-    tenant = hook.spec.tenant(request.tenant)
-    quota = tenant.quota_units
-    # Borrowing is judged by the decision; a borrowed pod is given back when needed.
-    check_quota = bool(quota) and not (tenant.reclaimable and request.preemptible)
     waiting = hook.state.waiting.current(now)
-    check_share = any(w.tenant != tenant.name and cluster in w.clusters for w in waiting)
+    check_quota, check_share = permit_checks(hook.spec, request, cluster, waiting)
     if not (check_quota or check_share):
         return None
     settle = hook.state.backend.consistency.settle_seconds
@@ -137,67 +105,19 @@ def admitted(
         time.sleep(settle)  # let holds made at the same instant by other workers land
     snapshots = _stored(hook)
     holds = hook.state.reservations.holds(snapshots, now)
-    _, pending = by_cluster_and_tenant(holds)
-    if check_quota:
-        over = _over_quota(tenant, pending, snapshots, placement_id)
-        if over is not None:
-            return over
-    if check_share:
-        earlier = held_before(holds, cluster, placement_id)
-        tenancy = inputs(hook, snapshots, pending, now, waiting)
-        return _room_taken(hook, tenant, request, cluster, snapshots.get(cluster), earlier, tenancy)
-    return None
-
-
-def _over_quota(
-    tenant: TenantSpec,
-    pending: PendingByTenant,
-    snapshots: Mapping[str, ClusterSnapshot],
-    placement_id: str,
-) -> str | None:
-    quota = tenant.quota_units
-    usage = snapshot_usage(snapshots).get(tenant.name, {})
-    for _, held_id, requests in pending.get(tenant.name, []):
-        usage = add(usage, tenant_demand(requests))
-        if held_id == placement_id:
-            break
-    else:
-        return None  # our hold is not visible: nothing to compare against (it was seen and released)
-    over = sorted(name for name, limit in quota.items() if usage.get(name, 0) > limit)
-    if not over:
-        return None
-    name = over[0]
-    return (
-        f"{tenant.name}'s quota of {quota[name]} {name} was taken by placements of other workers "
-        f"made at the same time"
+    starts = budget_periods(hook.spec, now) if check_share else {}
+    spent, moved = hook.state.spend.totals(starts, now) if starts else ({}, {})
+    return tenant_permit(
+        hook.spec,
+        request,
+        placement_id,
+        cluster,
+        snapshots,
+        holds,
+        waiting=waiting,
+        spent=spent,
+        egress_gb=moved,
     )
-
-
-def _room_taken(
-    hook: HookParts,
-    tenant: TenantSpec,
-    request: TaskRequest,
-    cluster: str,
-    snapshot: ClusterSnapshot | None,
-    earlier: list[Hold] | None,
-    tenancy: TenantInputs | None,
-) -> str | None:
-    """Fair share judged again with the holds other workers made on ``cluster`` before this one
-    (``earlier``). This tenant's own earlier holds are no reason the waiting tasks no longer fit (they may
-    be the very placements that took their room at the same time); every earlier hold counts against the
-    room left."""
-    if snapshot is None or earlier is None or tenancy is None:
-        return None  # our hold is not visible (seen and released), or nothing to judge against
-    free = room = snapshot.index.total_free
-    for hold in earlier:
-        free = subtract(free, hold.requests)
-        if hold.tenant != tenant.name:
-            room = subtract(room, hold.requests)
-    items = tuple(sorted(request.resources.items()))
-    other = room_taken(waiting_ahead(hook.spec, tenant, tenancy, items), cluster, free, room)
-    if other is None:
-        return None
-    return f"{fair_share_text(other)}; placements of other workers made at the same time took the rest"
 
 
 RECLAIM_TIMEOUT = 5.0
@@ -297,20 +217,3 @@ def summary(hook: HookParts, now: datetime) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def taken(decision: Decision, reason: str) -> Decision:
-    """The placed ``decision`` turned into a wait: the tenant's quota went to concurrent placements."""
-    from dataclasses import replace
-
-    from airflow_provider_fedsched.federation.decision import Rejection
-
-    chosen = str(decision.cluster)
-    return replace(
-        decision,
-        outcome="wait",
-        cluster=None,
-        candidates=[],
-        rejected=[*decision.rejected, Rejection(chosen, "TenantQuota", reason)],
-        reason=f"wait: {reason}",
-    )

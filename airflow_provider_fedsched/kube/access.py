@@ -40,8 +40,15 @@ class MissingConnection(ClusterAccessError):
     """A member whose connection id no secrets backend, environment variable or metadata database holds:
     a mistake in the spec or a connection never added, not a cluster that is down."""
 
-    def __init__(self, cluster: str, conn_id: str) -> None:
-        super().__init__(cluster, conn_id, "connection does not exist")
+    PROBLEM = "connection does not exist"
+
+    def __init__(self, cluster: str, conn_id: str, problem: str = PROBLEM) -> None:
+        super().__init__(cluster, conn_id, problem)
+
+
+class MalformedConnection(ClusterAccessError):
+    """A member whose connection exists but cannot be read as a connection (its ``extra`` not a JSON
+    object, a secrets backend failing on it): a configuration mistake to fix, not a cluster that is down."""
 
 
 @dataclass(frozen=True)

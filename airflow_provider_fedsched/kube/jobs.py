@@ -19,7 +19,7 @@ from airflow_provider_fedsched.kube.failures import (
 )
 from airflow_provider_fedsched.kube.pods import CONFIRM_INTERVAL, STOP_GRACE_SECONDS, as_dict, is_gone
 
-__all__ = ["JOB_NAME_LABEL", "GangView", "JobManager", "aremove_jobs"]
+__all__ = ["JOB_NAME_LABEL", "GangView", "JobManager", "Removal", "ajobs_complete", "aremove_jobs"]
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 """Set by the Job controller on every pod it creates (upstream and the simulator alike)."""
@@ -45,7 +45,25 @@ class GangView:
 
     @property
     def complete(self) -> bool:
-        return self.job is not None and _condition(self.job, "Complete") is not None
+        """The gang's work is done: the Job controller says so (``Complete``, or ``SuccessCriteriaMet``
+        before it), or enough of its pods Succeeded (``spec.completions``; without it, one, with none
+        left running), which a Job that is being deleted, or whose controller has not caught up yet,
+        still shows."""
+        job = self.job
+        if job is None:
+            return False
+        if _condition(job, "Complete") is not None or _condition(job, "SuccessCriteriaMet") is not None:
+            return True
+        if _condition(job, "Failed") is not None:
+            return False
+        pods = [(pod.get("status") or {}).get("phase") for pod in self.pods]
+        status = job.get("status") or {}
+        succeeded = max(int(status.get("succeeded") or 0), pods.count("Succeeded"))
+        completions = (job.get("spec") or {}).get("completions")
+        if completions is not None:
+            return succeeded >= int(completions)
+        running = any(phase not in ("Succeeded", "Failed") for phase in pods)
+        return succeeded >= 1 and not running and not int(status.get("active") or 0)
 
     @property
     def failed(self) -> str | None:
@@ -109,14 +127,18 @@ class JobManager:
         listed = self._batch.list_job_for_all_namespaces(label_selector=f"{label}={task}")
         return [as_dict(job) for job in listed.items]
 
-    def remove(self, namespace: str, name: str, *, within: float) -> bool:
+    def remove(self, namespace: str, name: str, *, within: float) -> Removal:
         """Delete the Job with its pods (foreground propagation, no grace: a member must never start
-        later) and confirm within ``within`` seconds that neither the Job nor any pod of it is left."""
+        later) and confirm within ``within`` seconds that neither the Job nor any pod of it is left.
+
+        The Job is read before the delete and after: a Job found complete on the way out is reported so
+        (:attr:`Removal.complete`), so that whoever deletes a finished Job writes its success down first."""
         deadline = time.monotonic() + within
-        deleted = False
+        deleted = complete = False
         while True:
             try:
                 if not deleted:
+                    complete = complete or self.read(namespace, name).complete
                     body = k8s.V1DeleteOptions(
                         propagation_policy=DELETE_WITH_PODS["propagationPolicy"],
                         grace_period_seconds=DELETE_WITH_PODS["gracePeriodSeconds"],
@@ -128,6 +150,7 @@ class JobManager:
                             raise
                     deleted = True
                 view = self.read(namespace, name)
+                complete = complete or view.complete
                 for pod in view.pods:  # pods the propagation has not reached yet go at once
                     pod_name = pod["metadata"]["name"]
                     try:
@@ -138,12 +161,22 @@ class JobManager:
                         if not is_gone(exc):
                             raise
                 if view.job is None and not view.pods:
-                    return True
+                    return Removal(gone=True, complete=complete)
             except Exception:
                 pass  # no answer, or a refusal: not confirmed gone; ask again until the deadline
             if time.monotonic() >= deadline:
-                return False
+                return Removal(gone=False, complete=complete)
             time.sleep(CONFIRM_INTERVAL)
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """What :meth:`JobManager.remove` found."""
+
+    gone: bool
+    """The Job and every pod of it are confirmed gone."""
+    complete: bool
+    """The Job was seen complete (its gang's work done) before or while it was deleted."""
 
 
 # Async (the snapshot refresh deletes orphaned Jobs) ------------------------------------------------------
@@ -198,3 +231,31 @@ async def aremove_jobs(
         if await aremove_job(batch, core, namespace, name, within=within):
             gone.append((namespace, name))
     return gone
+
+
+async def ajobs_complete(
+    batch: Any, core: Any, jobs: Iterable[tuple[str, str]], *, within: float
+) -> dict[tuple[str, str], bool]:
+    """Of ``(namespace, name)`` Jobs, whether each one's gang's work is done (:attr:`GangView.complete`,
+    from a read of the Job and its pods, each within ``within`` seconds). A Job the cluster did not
+    answer about is left out: how it ended is unknown, and deleting it now could lose a result."""
+    import asyncio
+
+    async def read(namespace: str, name: str) -> bool:
+        try:
+            job: dict[str, Any] | None = as_dict(await batch.read_namespaced_job(name, namespace))
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
+            job = None
+        selector = f"{JOB_NAME_LABEL}={name}"
+        pods = (await core.list_namespaced_pod(namespace, label_selector=selector)).items
+        return GangView(job, [as_dict(pod) for pod in pods]).complete
+
+    known: dict[tuple[str, str], bool] = {}
+    for namespace, name in jobs:
+        try:
+            known[(namespace, name)] = await asyncio.wait_for(read(namespace, name), within)
+        except Exception:
+            continue
+    return known

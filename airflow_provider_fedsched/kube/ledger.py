@@ -14,20 +14,31 @@ back to reservations in shared state, and says so.
 from __future__ import annotations
 
 import json
+import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_fedsched.federation.resources import ResourceList, add
+from airflow_provider_fedsched.federation.resources import ResourceList
 
 ANNOTATION = "fedsched.io/placements"
-MAX_CONFLICTS = 8
-"""Compare-and-set rounds before giving up (each one means another worker changed the ledger meanwhile)."""
+MAX_CONFLICTS = 32
+"""Compare-and-set rounds before a placement stops waiting for a busy ledger (each conflict means another
+worker changed it meanwhile: progress, not failure). Then the cluster is judged to have no room for now,
+and the placement is decided again without it; the ledger is not given up on."""
+CONFLICT_PAUSE = 1.0
+"""After a conflict, a random pause of up to this many times the last round's duration (read, check,
+write), times the round (at most 4): racing workers spread out over the time a round takes instead of
+all reading and writing again at once (a loaded API server makes rounds, and so pauses, longer)."""
 
 
 class LedgerUnavailable(Exception):
     """The cluster cannot keep a ledger (no Lease API, no permission, no answer)."""
+
+
+MAX_GANG_PODS = 10_000
+"""Pods of one held gang that its entry is read as (beyond: read as one pod of the gang's sum)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,36 @@ class Entry:
     requests: dict[str, int]
     at: float
     """Epoch seconds when the placement was reserved."""
+    roles: tuple[tuple[int, dict[str, int]], ...] = ()
+    """A gang's pods as (count, one pod's requests) per role; empty: one pod of ``requests``."""
+
+    def pods(self) -> list[dict[str, int]]:
+        """The placement's pods, each with its requests (where each can land is what the check needs)."""
+        if not self.roles:
+            return [self.requests]
+        return [requests for count, requests in self.roles for _ in range(count)]
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"requests": self.requests, "at": round(self.at, 3)}
+        if self.roles:
+            document["roles"] = [[count, requests] for count, requests in self.roles]
+        return document
+
+
+def _roles(raw: Any) -> tuple[tuple[int, dict[str, int]], ...]:
+    """A gang's roles as written by :meth:`Entry.to_json`; anything else (a ledger written before gangs
+    were recorded, a hand edit) is read as none: the entry then counts as one pod of its sum."""
+    if not isinstance(raw, list):
+        return ()
+    roles: list[tuple[int, dict[str, int]]] = []
+    try:
+        for count, requests in raw:
+            roles.append((int(count), {str(k): int(v) for k, v in dict(requests).items()}))
+    except (TypeError, ValueError):
+        return ()
+    if any(count < 1 for count, _ in roles) or sum(count for count, _ in roles) > MAX_GANG_PODS:
+        return ()
+    return tuple(roles)
 
 
 def lease_name(federation: str) -> str:
@@ -92,7 +133,9 @@ class PlacementLedger:
             return {}
         return {
             str(pid): Entry(
-                requests={str(k): int(v) for k, v in (e.get("requests") or {}).items()}, at=float(e["at"])
+                requests={str(k): int(v) for k, v in (e.get("requests") or {}).items()},
+                at=float(e["at"]),
+                roles=_roles(e.get("roles")),
             )
             for pid, e in document.items()
             if isinstance(e, dict) and "at" in e
@@ -105,7 +148,7 @@ class PlacementLedger:
         lease.metadata.annotations = {
             **(lease.metadata.annotations or {}),
             ANNOTATION: json.dumps(
-                {pid: {"requests": e.requests, "at": round(e.at, 3)} for pid, e in entries.items()},
+                {pid: e.to_json() for pid, e in entries.items()},
                 sort_keys=True,
             ),
         }
@@ -123,34 +166,49 @@ class PlacementLedger:
         placement_id: str,
         requests: Mapping[str, int],
         *,
-        fits: Callable[[ResourceList], bool],
+        fits: Callable[[list[ResourceList]], bool],
         landed: Callable[[str, float], bool],
         ttl: float,
+        roles: Sequence[tuple[int, Mapping[str, int]]] = (),
     ) -> bool:
-        """Hold ``requests`` for ``placement_id`` if ``fits(held)`` says the cluster still has room with
-        everything the ledger holds; True when held. Entries whose pod ``landed`` (a snapshot taken after
-        them shows it) or older than ``ttl`` are dropped on the way."""
-        for _ in range(MAX_CONFLICTS):
+        """Hold ``requests`` (a gang: its ``roles``, (count, one pod's requests) each) for ``placement_id``
+        if ``fits(held)`` says the cluster still has room with everything the ledger holds (``held``: the
+        pods of its placements, oldest placement first); True when held. Entries whose pod ``landed`` (a
+        snapshot taken after them shows it) or older than ``ttl`` are dropped on the way. False when there
+        is no room, or when :data:`MAX_CONFLICTS` rounds in a row lost the race to other workers."""
+        entry_roles = tuple((count, dict(pod)) for count, pod in roles)
+        spent = 0.0
+        for attempt in range(MAX_CONFLICTS):
+            if attempt:
+                _pause(attempt, spent)
+            began = time.monotonic()
             lease = self._read()
             now = time.time()
             current = self.entries(lease)
             if placement_id in current:
                 return True
             kept = {p: e for p, e in current.items() if now - e.at < ttl and not landed(p, e.at)}
-            held: ResourceList = {}
-            for entry in kept.values():
-                held = add(held, entry.requests)
+            # Pod by pod, as the decision that chose the cluster saw them: where each one can land matters
+            # (a held GPU pod takes no room on the CPU node a CPU pod needs).
+            ordered = sorted(kept.items(), key=lambda item: (item[1].at, item[0]))
+            held = [pod for _, entry in ordered for pod in entry.pods()]
             if not fits(held):
                 if len(kept) != len(current):
                     self._replace(lease, kept)  # prune for the next reader; a conflict is harmless
                 return False
-            if self._replace(lease, {**kept, placement_id: Entry(dict(requests), now)}):
+            if self._replace(lease, {**kept, placement_id: Entry(dict(requests), now, entry_roles)}):
                 return True
-        raise LedgerUnavailable(f"{MAX_CONFLICTS} conflicting writers in a row")
+            spent = time.monotonic() - began
+        return False
 
     def release(self, placement_id: str) -> None:
-        """Drop ``placement_id`` (its pod ended, left, or shows in a snapshot)."""
-        for _ in range(MAX_CONFLICTS):
+        """Drop ``placement_id`` (its pod ended, left, or shows in a snapshot); left to expire (``ttl``)
+        when :data:`MAX_CONFLICTS` rounds in a row lost the race to other workers."""
+        spent = 0.0
+        for attempt in range(MAX_CONFLICTS):
+            if attempt:
+                _pause(attempt, spent)
+            began = time.monotonic()
             lease = self._read()
             current = self.entries(lease)
             if placement_id not in current:
@@ -158,7 +216,11 @@ class PlacementLedger:
             current.pop(placement_id)
             if self._replace(lease, current):
                 return
-        raise LedgerUnavailable(f"{MAX_CONFLICTS} conflicting writers in a row")
+            spent = time.monotonic() - began
 
     def held(self) -> dict[str, Entry]:
         return self.entries(self._read())
+
+
+def _pause(attempt: int, round_seconds: float) -> None:
+    time.sleep(random.uniform(0.0, CONFLICT_PAUSE * round_seconds * min(attempt, 4)))

@@ -366,6 +366,23 @@ async def ended_pods(access: ClusterAccess, timeout: float) -> dict[tuple[str, s
     return ended
 
 
+async def complete_jobs(
+    access: ClusterAccess, jobs: Iterable[tuple[str, str]], timeout: float
+) -> dict[tuple[str, str], bool]:
+    """Of ``(namespace, name)`` Jobs in one cluster, whether each one's gang's work is done; a Job the
+    cluster did not answer about within ``timeout`` is left out."""
+    from kubernetes_asyncio import client
+
+    from airflow_provider_fedsched.kube.jobs import ajobs_complete
+
+    try:
+        core = client.CoreV1Api(await api_client(access))
+        batch = client.BatchV1Api(await api_client(access))
+    except Exception:
+        return {}
+    return await ajobs_complete(batch, core, jobs, within=timeout)
+
+
 async def delete_pods(
     access: ClusterAccess, pods: Iterable[tuple[str, str]], timeout: float, kind: str = "pod"
 ) -> list[tuple[str, str]]:

@@ -20,7 +20,12 @@ from airflow_provider_fedsched.kube.labels import PREEMPTIBLE_LABEL, TENANT_LABE
 from airflow_provider_fedsched.validation.operator import (
     OperatorArguments,
     check_annotations,
+    check_labels,
     check_operator_arguments,
+    check_pod_arguments,
+    check_pod_labels,
+    check_pod_name,
+    check_pod_size,
 )
 
 if TYPE_CHECKING:
@@ -207,6 +212,13 @@ class Arguments(KubernetesPodOperator):
         checked_arguments(preemptible=self.preemptible, checkpoint=self.checkpoint)
         try:
             check_annotations(self.annotations)
+            check_pod_labels(
+                labels=self.labels,
+                node_selector=self.node_selector,
+                tolerations=self.tolerations,
+                full_pod_spec=self.full_pod_spec,
+            )
+            check_pod_arguments(vars(self))
         except SpecError as exc:
             raise FederationError(str(exc)) from None
         self.policy_spec = check_arguments(
@@ -239,7 +251,8 @@ class Arguments(KubernetesPodOperator):
         else:
             raise FederationError("no member cluster can be reached: " + "; ".join(problems))
         pod = self.build_pod_request_obj(context, dry_run=True)
-        pod_spec = kubernetes.client.ApiClient().sanitize_for_serialization(pod)["spec"]
+        document = kubernetes.client.ApiClient().sanitize_for_serialization(pod)
+        pod_spec = document["spec"]
         expected = seconds(self.expected_duration, "expected_duration")
         dag = getattr(self, "_dag", None)  # has_dag() is untyped; a bare operator has none
         tags = sorted(dag.tags or ()) if dag is not None else []
@@ -248,6 +261,12 @@ class Arguments(KubernetesPodOperator):
             pod.metadata.labels = {**(pod.metadata.labels or {}), TENANT_LABEL: tenant}
         if self.preemptible:
             pod.metadata.labels = {**(pod.metadata.labels or {}), PREEMPTIBLE_LABEL: "true"}
+        try:  # the pod's (and a Job's) labels, a pod_template_file's included, and its name
+            check_labels(pod.metadata.labels, "labels")
+            check_pod_name(pod.metadata.name)
+            check_pod_size(document)
+        except SpecError as exc:
+            raise FederationError(str(exc)) from None
         try:
             request = TaskRequest.from_pod_spec(
                 pod_spec,

@@ -126,6 +126,13 @@ def pick_adoptable(pods: Iterable[tuple[str, Any]]) -> tuple[tuple[str, Any] | N
     return ranked[0][2], rest + [item[2] for item in ranked[1:]]
 
 
+def succeeded_among(pods: Iterable[tuple[str, Any]]) -> tuple[str, Any] | None:
+    """Of ``(cluster, pod)`` pairs, one whose pod ran to Succeeded (deleted or not), if any."""
+    return next(
+        ((c, p) for c, p in pods if (as_dict(p).get("status") or {}).get("phase") == "Succeeded"), None
+    )
+
+
 def adopted_attempt(record: PlacementRecord, cluster: str, pod: Any) -> Attempt:
     """The attempt that stands for an earlier try's pod this try watches to its end instead of a new one."""
     document = as_dict(pod)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.providers.cncf.kubernetes.utils.pod_manager import (
+    OnFinishAction,
     detect_pod_terminate_early_issues,
 )
 
@@ -43,6 +44,7 @@ from airflow_provider_fedsched.kube.pods import (
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError, seconds
 from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT, EarlierTries
+from airflow_provider_fedsched.operators.fences import FenceWatch, own_pod_manager
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
@@ -77,6 +79,7 @@ class Contract(EarlierTries):
         def federation_hook(self) -> FederationHook: ...
 
         placement: PlacementRecord | None
+        current_cluster: str | None
         pod_template: k8s.V1Pod
         task_request: TaskRequest
         preemptible: bool
@@ -100,6 +103,8 @@ class Contract(EarlierTries):
 
         def _run_attempt(self, context: Any, attempt: Attempt) -> Any: ...
 
+        def _publish_attempt(self) -> None: ...
+
         def _place_and_run(self, context: Any) -> Any: ...
 
     # Where a try resumes -------------------------------------------------------------------------------
@@ -109,6 +114,8 @@ class Contract(EarlierTries):
         attempt = self._record.current
         if attempt is None or attempt.outcome != "running":
             attempt = self._adopt_earlier(context)
+            if attempt is not None and attempt.outcome == "succeeded":
+                return None  # an earlier try's pod Succeeded: its success was taken
             if attempt is None and self._earlier_succeeded(context):
                 return None
         if attempt is not None:
@@ -156,7 +163,10 @@ class Contract(EarlierTries):
             elif now - started >= self.schedule_timeout_seconds:
                 reason = f"not scheduled within {self.schedule_timeout_seconds}s"
                 raise Judged(ClusterFailure("insufficient", reason))
-            time.sleep(CONFIRM_INTERVAL)
+            began = time.monotonic()
+            self._publish_attempt()  # while the pod starts: it takes part of this wait, not more
+            time.sleep(max(0.0, CONFIRM_INTERVAL - (time.monotonic() - began)))
+        self._publish_attempt()
         KubernetesPodOperator.await_pod_start(self, pod)
         attempt = self._record.current
         if attempt is not None:
@@ -199,6 +209,7 @@ class Contract(EarlierTries):
         failure = self._judge(attempt, exc)
         if failure is None:
             self._finish(context, attempt, "failed", short_error(exc))
+            self._make_sure_gone(attempt)
             return exc
         attempt.failed_at = attempt.failed_at or self._failed_at()
         self.log.warning(
@@ -228,6 +239,29 @@ class Contract(EarlierTries):
         self._leave(context, attempt, failure)
         return ClusterLeft(failure)
 
+    def _make_sure_gone(self, attempt: Attempt) -> None:
+        """The try fails with the task's own failure: its pod goes with it, as ``on_finish_action`` says,
+        even when KubernetesPodOperator's cleanup did not run (the pod's name could not be published) or
+        its delete was refused (a 403 from an API server that has just restarted): deleted now, confirmed,
+        else written down and deleted by the next snapshot of its cluster. No pod outlives its try."""
+        if self.on_finish_action == OnFinishAction.KEEP_POD:
+            return
+        seen = self.pod_manager.observe(attempt.namespace, attempt.pod, events=False)
+        if seen.answered and seen.pod is None:
+            return
+        ended = seen.phase in ("Succeeded", "Failed")
+        if ended and self.on_finish_action != OnFinishAction.DELETE_POD:
+            return  # kept as asked (a running pod never is: it would outlive its try)
+        self.log.info("Deleting pod %s/%s, left after the task failed", attempt.namespace, attempt.pod)
+        if not self.pod_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT):
+            self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+            self.log.warning(
+                "Pod %s/%s in %s is not confirmed deleted: it is deleted when its cluster allows it",
+                attempt.namespace,
+                attempt.pod,
+                attempt.cluster,
+            )
+
     def _ended_unread(
         self, context: Any, attempt: Attempt, failure: ClusterFailure, phase: str
     ) -> BaseException | None:
@@ -251,6 +285,65 @@ class Contract(EarlierTries):
         )
         self._finish(context, attempt, "lost", reason)
         return FederationError(reason)
+
+    def _watch_fenced(self, attempt: Attempt) -> FenceWatch | None:
+        """While ``attempt`` runs, the pods this preemptible try fenced when their clusters stopped
+        answering are read (:class:`FenceWatch`): one seen Succeeded stops ``attempt``'s pod, and its
+        result is taken (:meth:`_take_fenced`). Not for ``do_xcom_push`` tasks: their result is read from
+        the pod that runs it."""
+        fenced = self._fenced(attempt)
+        if not fenced:
+            return None
+        hook = self.federation_hook
+
+        def stop_this_copy(done: Attempt) -> None:
+            self.log.warning(
+                "Pod %s, left in %s when that cluster stopped answering, Succeeded: stopping pod %s in %s, "
+                "the work is not finished a second time",
+                done.pod,
+                done.cluster,
+                attempt.pod,
+                attempt.cluster,
+            )
+            stopped = own_pod_manager(hook, attempt.cluster).remove(
+                attempt.namespace, attempt.pod, within=0.0
+            )
+            if not stopped:
+                self.log.info("Pod %s is being stopped in %s", attempt.pod, attempt.cluster)
+
+        return FenceWatch(hook, fenced, stop_this_copy).start()
+
+    def _fenced(self, attempt: Attempt) -> list[Attempt]:
+        """The pods this preemptible try left (fenced) in clusters that stopped answering, to read while
+        ``attempt`` runs; none for ``do_xcom_push`` tasks (their result is read from the pod that ran)."""
+        if not self.preemptible or self.do_xcom_push:
+            return []
+        return [a for a in self._record.attempts if a is not attempt and a.outcome == "unreachable"]
+
+    def _take_fenced(self, context: Any, attempt: Attempt, done: Attempt) -> None:
+        """``done``, a pod this try fenced, Succeeded; ``attempt``'s pod was stopped for it: the try ends
+        in success with ``done``'s result. Both pods are deleted (or written down and deleted later)."""
+        hook = self.federation_hook
+        if not self.pod_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT):
+            hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+        reason = (
+            f"stopped: pod {done.pod} (attempt {done.number}), left in {done.cluster} when that cluster "
+            "stopped answering, Succeeded: its result is taken, the work is not finished a second time"
+        )
+        records.end_attempt(hook, self._record, attempt, "cancelled", reason)
+        self.use_cluster(done.cluster)
+        if self.pod_manager.remove(done.namespace, done.pod, within=10.0):
+            hook.forget_orphan(done.cluster, done.namespace, done.pod)
+        else:
+            hook.add_orphan(done.cluster, done.namespace, done.pod)
+        hook.state.orphans.forget_swept(done.cluster, done.namespace, done.pod)
+        self._succeed_with(
+            context,
+            done,
+            f"pod {done.pod} Succeeded in {done.cluster} while this try ran its work elsewhere (that "
+            f"cluster had stopped answering): its result is taken; pod {attempt.pod} in {attempt.cluster} "
+            "was stopped",
+        )
 
     def _result_grace(self) -> float:
         """How long a pod whose work is over is waited for: ``unreachable_grace``, preemptible or not."""
@@ -293,7 +386,18 @@ class Contract(EarlierTries):
             self.federation_hook.add_orphan(exc.cluster, exc.namespace, exc.name)
             self.log.warning("%s; it is deleted when the cluster answers again", exc)
             return False
-        except Exception:
+        except Exception as exc:
+            # Refused with an answer (401, 403, 409...): written down all the same, never left behind.
+            metadata = pod.metadata if pod is not None else None
+            if metadata is not None and self.current_cluster is not None:
+                self.federation_hook.add_orphan(self.current_cluster, metadata.namespace, metadata.name)
+                self.log.warning(
+                    "Pod %s/%s in %s was not deleted (%s); it is deleted when the cluster allows it",
+                    metadata.namespace,
+                    metadata.name,
+                    self.current_cluster,
+                    short_error(exc),
+                )
             if reraise:
                 raise
             return False

@@ -54,6 +54,7 @@ class Deferral(Contract):
         deadline = None
         if self.execution_timeout is not None and context is not None:
             deadline = context["ti"].start_date.timestamp() + self.execution_timeout.total_seconds()
+        self._publish_attempt()
         self._save(context)
         trigger = import_string(self.trigger_class)(
             federation=self.federation_hook.serializable_source(),
@@ -68,6 +69,9 @@ class Deferral(Contract):
             unschedulable_grace=float(self.unschedulable_grace_seconds),
             schedule_timeout=float(self.schedule_timeout_seconds),
             execution_deadline=deadline,
+            fenced=[
+                {"cluster": a.cluster, "namespace": a.namespace, "pod": a.pod} for a in self._fenced(attempt)
+            ],
         )
         pod = self.pod_manager.read_pod(self.pod_request_obj)
         if self._pod_ended(pod):
@@ -100,6 +104,20 @@ class Deferral(Contract):
             self._watch.seen(str(event.get("phase") or ""))
         if status == "error":
             raise self._trigger_failed(context, attempt, message)
+        if status == "fenced_done":  # a pod this try left Succeeded: this copy is stopped, its result taken
+            done = next(
+                (
+                    a
+                    for a in self._fenced(attempt)
+                    if (a.cluster, a.pod) == (event.get("fenced_cluster"), event.get("fenced_pod"))
+                ),
+                None,
+            )
+            if done is not None:
+                self.log.warning("%s: stopping pod %s in %s", message, attempt.pod, attempt.cluster)
+                self._take_fenced(context, attempt, done)
+                self._settled = True
+                return None
         try:
             # A lost event may be minutes old: a cluster that answers now is judged by its answer.
             if (

@@ -70,27 +70,32 @@ class EarlierTries(KubernetesPodOperator):
         return True
 
     def _left_pod_succeeded(self, context: Any) -> bool:
-        """A pod this task left in a silent cluster (fenced, or lost past the grace), in this try or an
-        earlier one, ran to the end meanwhile: the snapshot that deleted it found it Succeeded and wrote
-        that down (``hooks/sensing.py``). Its work is not run again. Not for ``do_xcom_push`` tasks."""
+        """A pod (or Job) this task left in a silent cluster (fenced, or lost past the grace), in this try
+        or an earlier one, ran to the end meanwhile: the snapshot that deleted it found it Succeeded (a Job:
+        complete) and wrote that down (``hooks/sensing.py``). Its work is not run again. Not for
+        ``do_xcom_push`` tasks."""
         if self.do_xcom_push:
             return False
         orphans = self.federation_hook.state.orphans
         tries = [r for r in (self._record, self._earlier) if r is not None]
         # "running": a dead earlier try's pod, fenced by this try when its cluster did not answer.
         left = ("unreachable", "lost", "running")
+        kind = self.earlier_kind
         for attempt in (a for r in tries for a in r.known_attempts if a.outcome in left):
-            if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod):
+            if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod, kind):
+                ended = "Succeeded" if kind == "pod" else "completed"
                 reason = (
-                    f"pod {attempt.pod} Succeeded in {attempt.cluster} while that cluster was silent to "
+                    f"{kind} {attempt.pod} {ended} in {attempt.cluster} while that cluster was silent to "
                     "this task (the snapshot that deleted it saw it end): its work is not run again"
                 )
                 self._succeed_with(context, attempt, reason)
-                orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod)
+                orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod, kind)
                 return True
         return False
 
     def _succeed_with(self, context: Any, attempt: Attempt, reason: str) -> None:
+        # A try that died left its reservation: the pod it stood for is over.
+        self.federation_hook.release(attempt.cluster, attempt.placement_id)
         records.succeed_with(self._record, attempt, reason)
         self._save(context)
         self.log.info("Placement: %s", self._record.summary())
@@ -107,9 +112,37 @@ class EarlierTries(KubernetesPodOperator):
         found = self._find_earlier(context)
         return None if found is None else self._adopt_found(context, found)
 
+    def _never_doubled(self, context: Any, cluster: str, left: Any, what: str, why: str) -> None:
+        """An earlier try's pod or Job that was not confirmed stopped, with nothing adopted: its work may
+        still run, so a task that is not preemptible is not started again (the try gives up, and the next
+        one waits for that cluster too)."""
+        if self.preemptible:
+            return
+        self._record.left_by_earlier_try = attempts.adopted_attempt(self._record, cluster, left)
+        raise self._give_up(
+            context,
+            f"{what} of an earlier try is not confirmed stopped in {cluster} within {GONE_TIMEOUT:g}s{why}",
+        )
+
     def _adopt_found(self, context: Any, found: list[tuple[str, Any]]) -> Attempt | None:
-        """Of an earlier try's pods, the one to watch to its end is adopted; the others are deleted."""
+        """Of an earlier try's pods, the one to watch to its end is adopted; the others are deleted.
+
+        A pod that Succeeded but is already being deleted (a dead try's cleanup, a sweep, a node that
+        stopped answering while its deletion waits for it) cannot be watched, but its work is done: its
+        success is taken (an attempt whose outcome is ``succeeded``: the try is over), never run again.
+        Not for ``do_xcom_push`` tasks, whose result is read from the pod."""
         chosen, others = attempts.pick_adoptable(found)
+        done = None if chosen is not None or self.do_xcom_push else attempts.succeeded_among(others)
+        if done is not None:
+            for cluster, pod in others:  # deleted by the next snapshot of their cluster
+                self.federation_hook.add_orphan(cluster, pod.metadata.namespace, pod.metadata.name)
+            cluster, pod = done
+            reason = (
+                f"pod {pod.metadata.name} of an earlier try Succeeded in {cluster} (it is being deleted): "
+                "its work is not run again"
+            )
+            self._succeed_with(context, attempts.adopted_attempt(self._record, cluster, pod), reason)
+            return self._record.current
         for cluster, pod in others:
             self.use_cluster(cluster)
             metadata = pod.metadata
@@ -118,15 +151,15 @@ class EarlierTries(KubernetesPodOperator):
             )
             if not self.pod_manager.remove(metadata.namespace, metadata.name, within=GONE_TIMEOUT):
                 self.federation_hook.add_orphan(cluster, metadata.namespace, metadata.name)
-                if chosen is None and not self.preemptible:
-                    # Not confirmed stopped (a terminating pod on a NotReady node runs on): its work may
-                    # still run, so it is not started again; the next try waits for that cluster too.
-                    self._record.left_by_earlier_try = attempts.adopted_attempt(self._record, cluster, pod)
-                    raise self._give_up(
+                if chosen is None:
+                    # A terminating pod on a NotReady node runs on.
+                    self._never_doubled(
                         context,
-                        f"pod {metadata.name} of an earlier try is not confirmed stopped in {cluster} "
-                        f"within {GONE_TIMEOUT:g}s (its node may not answer): its work may still run, so it "
-                        "is not started again; it is deleted when its node answers",
+                        cluster,
+                        pod,
+                        f"pod {metadata.name}",
+                        " (its node may not answer): its work may still run, so it is not started again; it "
+                        "is deleted when its node answers",
                     )
         if chosen is None:
             return None
@@ -154,23 +187,28 @@ class EarlierTries(KubernetesPodOperator):
         """An earlier try's pods (or Jobs: :meth:`_find_in_cluster`) as ``(cluster, item)``; None when
         this try can have none.
 
-        Only a retry (or a try whose record survived) can have one. The earlier record says where its
-        last pod ran: that cluster is waited for within the grace; the others are asked once."""
+        Only a retry (or a try whose record survived) can have one. Every member is searched, not only
+        those the task may use today. The earlier record says where its last pod ran: that cluster is
+        waited for within the grace; the others are asked once."""
         record, earlier, kind, find = self._record, self._earlier, self.earlier_kind, self._find_in_cluster
         if record.try_number <= 1 and earlier is None:
             return None
         digest = attempts.record_digest(record)
-        members = self.task_request.clusters or [c.name for c in self.federation_hook.spec.clusters]
+        spec_members = [c.name for c in self.federation_hook.spec.clusters]
+        members = list(dict.fromkeys([*(self.task_request.clusters or []), *spec_members]))
         # Where the work may still run: the earlier try's last pod, or the one that try found silent.
         last = earlier.last_known if earlier is not None else None
         found: list[tuple[str, Any]] = []
         for cluster in members:
             where_it_ran = last is not None and last.cluster == cluster
-            # A pod seen ended whose cluster then went silent ("lost") is waited for even when
-            # preemptible: its work is done, it must be adopted, not run again.
-            ended_there = where_it_ran and last is not None and last.outcome == "lost"
+            # A pod whose end nobody read is waited for even when preemptible: one seen ended whose
+            # cluster then went silent ("lost"), and one a try that died left "running" (its process
+            # killed with its supervisor, nobody watched it since: it may have run to the end). Its work
+            # may be done: it must be adopted, not run again. A preemptible task moves only from a pod it
+            # saw running when its cluster went silent.
+            ended_there = where_it_ran and last is not None and last.outcome in ("lost", "running")
             wait = self._result_grace() if ended_there else self._grace() if where_it_ran else 0.0
-            deadline = time.monotonic() + wait
+            deadline, waiting = time.monotonic() + wait, False
             while True:
                 try:
                     self.use_cluster(cluster)
@@ -178,6 +216,20 @@ class EarlierTries(KubernetesPodOperator):
                     break
                 except Exception as exc:
                     if time.monotonic() < deadline:
+                        if not waiting and last is not None:
+                            waiting = True
+                            self.log.warning(
+                                "The earlier try's %s %s may have run to the end in %s (%s), which does not "
+                                "answer: waiting up to %gs for it, not starting the work elsewhere: %s",
+                                kind,
+                                last.pod,
+                                cluster,
+                                "its try ended without word of it"
+                                if last.outcome == "running"
+                                else f"last seen {last.outcome}",
+                                wait,
+                                self.pod_manager.reason(exc),
+                            )
                         time.sleep(2.0)
                         continue
                     if where_it_ran and (not self.preemptible or ended_there):

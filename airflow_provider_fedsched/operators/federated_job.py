@@ -7,10 +7,14 @@ cluster at the same time, :mod:`federation.plugins.gang`); if not every pod is s
 ``unschedulable_grace_seconds``, or any member is evicted, the whole Job is deleted with its pods, confirmed
 gone, and the gang moves to the next cluster as one unit (resuming from ``checkpoint``). The delivery
 contract is the pod tasks' (operators/contract.py): a silent cluster is waited for within
-``unreachable_grace``, then the try fails; a preemptible gang moves at once. A Job not confirmed gone is
-written down as an orphan (``kind="job"``), deleted with its pods by the next snapshot that reaches its
-cluster, and only a preemptible gang is then started elsewhere. The Job's own failure (its backoff limit, a
-member's non-zero exit) fails the try as usual. See docs/jobs.md.
+``unreachable_grace``, then the try fails; a preemptible gang moves at once. A Job that disappeared (deleted
+by someone) is the same: its pods may have run, so only a preemptible gang is started elsewhere. A Job not
+confirmed gone is written down as an orphan (``kind="job"``), deleted with its pods by the next snapshot
+that reaches its cluster, which writes down first whether it had completed: a retry takes that success
+instead of running the gang again. Whoever deletes a finished Job (this try, a retry, the sweep, on_kill)
+records its success first. Once the task is ended (``on_kill``), no attempt is judged or started again.
+The Job's own failure (its backoff limit, a member's non-zero exit) fails the try as usual. See
+docs/jobs.md.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         super().__init__(
             job_poll_interval=job_poll_interval, wait_until_job_complete=wait_until_job_complete, **kwargs
         )
+        self._killed = False
+        """Set by :meth:`on_kill`: the task was ended; nothing is judged, created or launched after it."""
 
     # The gang ------------------------------------------------------------------------------------------
     def prepare(self, context: Any = None, hook: Any = None) -> tuple[k8s.V1Pod, TaskRequest]:
@@ -138,6 +144,8 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                     raise Judged(
                         ClusterFailure("unreachable", f"job {attempt.pod} disappeared before it ended")
                     )
+                if self._killed:
+                    raise self._ended_by_kill(attempt)
                 self._create(context, attempt)
             else:
                 self.log.info(
@@ -150,7 +158,30 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                     self._defer_poll(context, attempt)
                 time.sleep(float(self.job_poll_interval))
         except Judged as judged:
-            raise self._gang_left(context, attempt, judged.failure) from judged
+            if self._killed:  # the operator's own cancellation, never a lost Job
+                raise self._ended_by_kill(attempt) from judged
+            left = self._gang_left(context, attempt, judged.failure)
+            if left is None:
+                return None  # the Job was found complete on its way out: the try succeeds
+            raise left from judged
+
+    def _ended_by_kill(self, attempt: Attempt) -> AirflowException:
+        """What the attempt loop raises once the task was ended (:meth:`on_kill` deleted the Job): the
+        Job's disappearance is not a lost Job, and no other attempt is started."""
+        why = self._record.reason or "the task was ended while its job ran"
+        return AirflowException(
+            f"{why} (job {attempt.pod} in {attempt.cluster}); no other attempt is started"
+        )
+
+    def _launch(self, context: Any, decision: Any) -> Attempt:
+        """A new attempt, unless the task was ended meanwhile (its reservation is then released)."""
+        if self._killed:
+            record = self._record
+            self.federation_hook.release(
+                str(decision.cluster), attempts.placement_id(record, len(record.attempts) + 1)
+            )
+            raise AirflowException("the task was ended: no job is created")
+        return super()._launch(context, decision)
 
     def _defer_poll(self, context: Any, attempt: Attempt) -> None:
         """Release the worker slot until the next poll (never sooner than ``[fedsched]
@@ -221,6 +252,8 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         ti = context["ti"]
         ti.xcom_push(key="job_name", value=attempt.pod)
         ti.xcom_push(key="job_namespace", value=attempt.namespace)
+        self._unpublished = True
+        self._publish_attempt()
         self.log.info(
             "Job %s/%s created in %s: a gang of %d pod(s)",
             attempt.namespace,
@@ -236,7 +269,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             try:
                 return self.job_manager.read(attempt.namespace, attempt.pod)
             except Exception as exc:
-                if not unanswered(exc):
+                if not unanswered(exc) or self._killed:
                     raise
                 if time.monotonic() >= deadline:
                     raise Judged(self.pod_manager.unreachable(exc, self._grace())) from exc
@@ -245,6 +278,8 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
     def _step(self, context: Any, attempt: Attempt) -> bool:
         """One judgement of the gang: True when the Job completed; raises Judged when the cluster failed
         it, AirflowException when the Job failed on its own."""
+        if self._killed:
+            raise self._ended_by_kill(attempt)
         view = self._read(attempt)
         if view.job is None:
             raise Judged(ClusterFailure("unreachable", f"job {attempt.pod} disappeared before it ended"))
@@ -294,8 +329,10 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                     text = text.decode("utf-8", "replace")
                 for line in str(text).splitlines():
                     self.log.info("[%s] %s: %s", self.base_container_name, name, line)
-        self._end(attempt)
+        # Written down before the Job goes: a try ended between the two leaves either the Job or the record
+        # of its success for the retry, never neither.
         self._finish(context, attempt, "succeeded", "")
+        self._end(attempt)
         return None
 
     def _end(self, attempt: Attempt) -> None:
@@ -303,7 +340,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         deleted (its cluster stopped answering) is written down and deleted when the cluster answers."""
         if self.on_finish_action.value == "keep_pod":
             return
-        if not self.job_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT):
+        if not self.job_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT).gone:
             self._fence(attempt.cluster, attempt.namespace, attempt.pod)
 
     def _fence(self, cluster: str, namespace: str, name: str) -> None:
@@ -317,31 +354,45 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             cluster,
         )
 
-    def _gang_left(self, context: Any, attempt: Attempt, failure: ClusterFailure) -> BaseException:
+    def _gang_left(self, context: Any, attempt: Attempt, failure: ClusterFailure) -> BaseException | None:
         """The cluster failed the gang: delete the whole Job, confirm it is gone, leave the cluster.
 
         A cluster that does not answer is not waited for again (the reads already waited the grace): the
-        Job is fenced. A Job not confirmed gone is written down (deleted when its cluster answers); only a
-        preemptible gang then starts elsewhere, any other fails the try (FederationError)."""
+        Job is fenced. A Job found complete on its way out is a success (None: the try succeeds). After an
+        ``unreachable`` failure (silence past the grace, or a Job that disappeared: deleted by someone) the
+        gang may have run, so only a preemptible gang starts elsewhere; any other fails the try
+        (FederationError), as does one whose Job is not confirmed gone."""
         attempt.failed_at = attempt.failed_at or datetime.now(UTC)
         self.log.warning(
             "Attempt %d in %s ended: %s (%s)", attempt.number, attempt.cluster, failure.kind, failure.reason
         )
         within = 0.0 if failure.kind == "unreachable" else GONE_TIMEOUT
-        if not self.job_manager.remove(attempt.namespace, attempt.pod, within=within):
+        removal = self.job_manager.remove(attempt.namespace, attempt.pod, within=within)
+        if not removal.gone:
             self._fence(attempt.cluster, attempt.namespace, attempt.pod)
-            if not self.preemptible:
-                reason = (
-                    f"{failure.reason}; job {attempt.pod} is not confirmed gone, so the gang is not started "
-                    f"elsewhere (unreachable_grace {self._grace():g}s); it is deleted when the cluster "
-                    "answers again"
-                )
-                self._finish(context, attempt, "lost", reason)
-                return FederationError(reason)
         else:
             self.log.info(
                 "Job %s/%s and its pods are gone from %s", attempt.namespace, attempt.pod, attempt.cluster
             )
+        if removal.complete:
+            reason = (
+                f"job {attempt.pod} completed ({failure.reason} before that was read): its work is done, "
+                "never run again"
+            )
+            self.log.warning("%s", reason)
+            self._finish(context, attempt, "succeeded", reason)
+            return None
+        if not self.preemptible and (failure.kind == "unreachable" or not removal.gone):
+            where = "it was deleted" if removal.gone else "it is deleted when the cluster answers again"
+            reason = (
+                f"{failure.reason}; job {attempt.pod} may have run its gang, so the gang is not started "
+                f"elsewhere (unreachable_grace {self._grace():g}s); {where}"
+                if failure.kind == "unreachable"
+                else f"{failure.reason}; job {attempt.pod} is not confirmed gone, so the gang is not "
+                f"started elsewhere; {where}"
+            )
+            self._finish(context, attempt, "lost", reason)
+            return FederationError(reason)
         self._leave(context, attempt, failure)
         return ClusterLeft(failure)
 
@@ -354,7 +405,12 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
     def _adopt_found(self, context: Any, found: list[tuple[str, Any]]) -> Attempt | None:
         """An earlier try's Job of this task instance (complete, else still running) is adopted, never run
         a second time; any other is deleted (written down if not confirmed gone). The cluster where the
-        earlier try ran is waited for within the grace, as for pods."""
+        earlier try ran is waited for within the grace, as for pods (:meth:`_find_earlier`).
+
+        A complete Job that is already being deleted (a dead try's cleanup, a sweep) cannot be watched, but
+        its gang's work is done: its success is taken (an attempt whose outcome is ``succeeded``: the try
+        is over), never run again, as is that of one found complete while this try deletes it. An earlier
+        Job not confirmed stopped is never doubled: a gang that is not preemptible is not started again."""
         usable = [
             (cluster, job)
             for cluster, job in found
@@ -362,34 +418,82 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         ]
         usable.sort(key=lambda item: (not GangView(item[1]).complete, item[1]["metadata"]["name"]))
         chosen = usable[0] if usable else None
-        for cluster, job in found:
-            if chosen is not None and job is chosen[1]:
-                continue
+        others = [(cluster, job) for cluster, job in found if chosen is None or job is not chosen[1]]
+        done = None if chosen is not None else next((i for i in others if GangView(i[1]).complete), None)
+        if done is not None:
+            for cluster, job in others:  # deleted by the next snapshot of their cluster
+                metadata = job["metadata"]
+                self.federation_hook.add_orphan(cluster, metadata["namespace"], metadata["name"], "job")
+            return self._take_success(context, *done, "it is being deleted")
+        for cluster, job in others:
             self.use_cluster(cluster)
             metadata = job["metadata"]
             self.log.info("Deleting job %s/%s of an earlier try", metadata["namespace"], metadata["name"])
-            if not self.job_manager.remove(metadata["namespace"], metadata["name"], within=GONE_TIMEOUT):
+            removal = self.job_manager.remove(metadata["namespace"], metadata["name"], within=GONE_TIMEOUT)
+            if removal.complete and chosen is None:
+                if not removal.gone:
+                    self._fence(cluster, metadata["namespace"], metadata["name"])
+                return self._take_success(context, cluster, job, "it was found complete as it was deleted")
+            if not removal.gone:
                 self._fence(cluster, metadata["namespace"], metadata["name"])
+                if chosen is None:
+                    self._never_doubled(
+                        context,
+                        cluster,
+                        job,
+                        f"job {metadata['name']}",
+                        ": its gang may still run, so it is not started again; it is deleted when its "
+                        "cluster answers",
+                    )
         if chosen is None:
             return None
         attempt = attempts.adopted_attempt(self._record, *chosen)
         attempt.running_at = attempt.started_at  # its gang was placed: a missing Job is not a fresh start
         tried = (chosen[1]["metadata"].get("labels") or {}).get(TRY_LABEL) or "?"
-        done = "had already completed" if GangView(chosen[1]).complete else "was still running"
-        attempt.decision = f"adopted the job of try {tried} (it {done})"
+        state = "had already completed" if GangView(chosen[1]).complete else "was still running"
+        attempt.decision = f"adopted the job of try {tried} (it {state})"
         return self._adopt(context, attempt, "job")
+
+    def _take_success(self, context: Any, cluster: str, job: Any, how: str) -> Attempt | None:
+        """An earlier try's Job completed: its success is this try's, its gang never run again."""
+        tried = (job["metadata"].get("labels") or {}).get(TRY_LABEL) or "?"
+        reason = (
+            f"job {job['metadata']['name']} of try {tried} completed in {cluster} ({how}): its work is not "
+            "run again"
+        )
+        self._succeed_with(context, attempts.adopted_attempt(self._record, cluster, job), reason)
+        return self._record.current
 
     def _cancel(self) -> None:
         """The task was ended (UI, API, timeout): delete the Job with its pods where it runs; a Job not
-        confirmed deleted is written down and deleted when its cluster answers."""
+        confirmed deleted is written down and deleted when its cluster answers. From now on the attempt
+        loop judges and starts nothing (the Job's disappearance is this cancellation, not a lost Job).
+
+        The Job is written down first (a process being killed may not live to the end of the delete), and
+        a Job found complete is recorded as a success before it goes, so that a retry never runs the gang
+        again."""
+        self._killed = True
         attempt = self.placement.current if self.placement else None
         if attempt is None or attempt.outcome != "running":
             return
         self.use_cluster(attempt.cluster)
-        gone = self.job_manager.remove(attempt.namespace, attempt.pod, within=10.0)
-        if not gone:
+        hook = self.federation_hook
+        hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod, kind="job")
+        removal = self.job_manager.remove(attempt.namespace, attempt.pod, within=10.0)
+        if removal.gone:
+            hook.forget_orphan(attempt.cluster, attempt.namespace, attempt.pod, "job")
+        else:
             self._fence(attempt.cluster, attempt.namespace, attempt.pod)
-        why = "the task was ended while its job ran: " + ("job deleted" if gone else "job deleted later")
-        records.end_attempt(self.federation_hook, self._record, attempt, "cancelled", why)
-        records.end_try(self._record, "failed", why)
+        if removal.complete:
+            why = f"job {attempt.pod} completed before the task was ended: its work is done, never run again"
+            outcome = "succeeded"
+        else:
+            why = "the task was ended while its job ran: " + (
+                "job deleted" if removal.gone else "job deleted later"
+            )
+            outcome = "cancelled"
+        records.end_attempt(hook, self._record, attempt, outcome, why)
+        records.end_try(self._record, "succeeded" if removal.complete else "failed", why)
+        if self._context is not None:
+            self._save(self._context)
         self.log.info("%s (%s/%s in %s)", why, attempt.namespace, attempt.pod, attempt.cluster)

@@ -139,6 +139,8 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         self._access: ClusterAccess  # set by use_cluster, with current_cluster
         self.placement: PlacementRecord | None = None
         self._records = records.RecordKeeper()
+        self._first_placement = False
+        self._unpublished = False
         self._watch = Watch(grace=0.0)
         self._context: Any = None
         self._created: bool | None = None
@@ -271,13 +273,14 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             adopted = self._adopt_unsearched(context) if record.unsearched else None
             if adopted is not None:
                 self.federation_hook.release(str(decision.cluster), reserved)
+                if adopted.outcome == "succeeded":
+                    return None  # an earlier try's pod Succeeded: its success was taken
                 try:
                     return self._run_attempt(context, adopted)
                 except ClusterLeft:
                     continue
-            if not record.attempts:
-                tenant = self.task_request.tenant
-                records.note_placed(self.federation_hook, record, str(decision.cluster), tenant)
+            # The try's first placement is written down as a wait sample once a pod of it is created.
+            self._first_placement = self._first_placement or not record.attempts
             attempt = self._launch(context, decision)
             try:
                 return self._run_attempt(context, attempt)
@@ -393,7 +396,9 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             record.failover_seconds += (attempt.started_at - previous.failed_at).total_seconds()
         record.attempts.append(attempt)
         record.cluster, record.outcome, record.reason = cluster, "running", ""
-        self._save(context)  # before the create: a worker that dies right after it still finds the pod
+        # In the task's state before the create (a worker that dies right after it still finds the pod);
+        # published as the XCom while the pod starts (_publish_attempt), off the way to the pod.
+        self._records.save(context, record, publish=False)
         self.log.info(
             "Attempt %d: launching %s %s/%s in cluster %s (%s)%s",
             attempt.number,
@@ -414,6 +419,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         self._created = None
         self._watch.reset(self._grace(), self._result_grace())
         self.schedule_timeout_seconds = int(max(float(self.unschedulable_grace_seconds), 2.0))
+        fences = None if self.deferrable else self._watch_fenced(attempt)
         try:
             if self.deferrable:
                 # Creates the pod and defers to the pod trigger (TaskDeferred). Returns only when the pod
@@ -424,12 +430,19 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         except TaskDeferred:
             raise
         except Exception as exc:
+            if fences is not None:
+                fences.stop()
+                if fences.took is not None:  # a fenced copy Succeeded: this one was stopped
+                    return self._take_fenced(context, attempt, fences.took)
             if self._settled:
                 raise
             outcome = self._after_failure(context, attempt, exc)
             if outcome is None:
                 return None  # the pod Succeeded before its cluster went silent: the try succeeds
             raise outcome from exc
+        finally:
+            if fences is not None:
+                fences.stop()
         if attempt.outcome == "running":  # else written down before its pod was deleted
             self._finish(context, attempt, "succeeded", "")
         return result
@@ -469,7 +482,21 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             # The create may have landed: find out (waiting within the grace) rather than guess.
             self.pod_manager.read_pod(pod_request_obj)
         self._created = True
+        self._unpublished = True
         return pod_request_obj
+
+    def _publish_attempt(self) -> None:
+        """What the try publishes about a newly created pod's attempt, while the pod starts (in the wait
+        between two start-up checks, or before deferring): the record as the XCom, and, for the try's
+        first placement, how long it waited. Nothing of it is needed before the create."""
+        if not self._unpublished:
+            return
+        self._unpublished = False
+        self._save(self._context)
+        attempt = self._record.current
+        if self._first_placement and attempt is not None:
+            self._first_placement = False
+            records.note_placed(self.federation_hook, self._record, attempt.cluster, self.task_request.tenant)
 
     def find_pod(self, namespace: str, context: Any, *, exclude_checked: bool = True) -> k8s.V1Pod | None:
         """The attempt's pod by name (KubernetesPodOperator's label search would also match other tries)."""

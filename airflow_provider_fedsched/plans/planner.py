@@ -4,8 +4,9 @@ It reads DAGs the way Airflow does (a :class:`DagBag` over the DAGs folder), kee
 have federated tasks (any task with a ``placement_request(hook)`` method, such as
 ``FederatedKubernetesOperator``), asks each DAG's timetable (the scheduler's, from the serialized DAG) for
 its next runs within a horizon, builds each task's placement request against the hook it is given,
-decides with the idle forecast for that run's window, and stores one
-:class:`~airflow_provider_fedsched.federation.plan.Plan` per task and logical date through the hook.
+decides with the idle forecast for that run's window (the placement cycle a task runs, holding nothing),
+and stores one :class:`~airflow_provider_fedsched.federation.plan.Plan` per task and logical date through
+the hook.
 
 A plan is made against the snapshots of now: hard rules are checked again when the run starts
 (:meth:`FederationHook.planned_decision`); a cooldown that ends before the run is ignored at planning time.
@@ -15,16 +16,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from airflow_provider_fedsched.federation.cycle import FederationView, FixedState
 from airflow_provider_fedsched.federation.plan import Plan, plan_from_decision
 from airflow_provider_fedsched.hooks.planning import idle_forecast
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.request import TaskRequest
+    from airflow_provider_fedsched.federation.resources import ResourceList
     from airflow_provider_fedsched.federation.spec import PolicySpec
     from airflow_provider_fedsched.hooks.federation import FederationHook
 
@@ -167,20 +170,22 @@ def compute_plans(
             if view is None:
                 view = context[id(task_hook)] = _HookView.read(task_hook, now)
             # Whole-cluster cooldowns plus those of this task's namespace (a quota is per namespace).
-            names = list(view.snapshots)
-            cooldowns = {**view.cooldowns, **view.hook.cooldowns(names, now, namespace=request.namespace)}
+            names = list(view.inputs.snapshots)
+            cooldowns = {
+                **view.inputs.cooldowns,
+                **view.hook.cooldowns(names, now, namespace=request.namespace),
+            }
             for logical, run_after in runs:
                 end = run_after + timedelta(seconds=max(request.expected_duration_seconds, 60.0))
                 forecast = idle_forecast(view.models, run_after, end, request.resources)
-                decision = view.hook.engine.decide(
-                    request,
-                    view.snapshots,
-                    now=now,
+                # The placement cycle a task runs, over the federation as it is now with the cooldowns
+                # still in force when the run is due; nothing is held.
+                inputs = replace(
+                    view.inputs,
                     cooldowns={c: until for c, until in cooldowns.items() if until > run_after},
-                    reservations=view.reservations,
-                    forecast=forecast,
-                    policy=policy,
                 )
+                cycle = FixedState(view.hook.spec, inputs, view.quotas).cycle(view.hook.engine)
+                decision = cycle.decide(request, forecast=forecast, policy=policy)
                 plan = plan_from_decision(
                     decision,
                     dag_id=dag.dag_id,
@@ -204,20 +209,19 @@ class _HookView:
     """What one federation looks like now, read once per planner run."""
 
     hook: FederationHook
-    snapshots: dict[str, Any]
-    cooldowns: dict[str, datetime]
-    reservations: Mapping[str, Any]
+    inputs: FederationView
+    """Snapshots, whole-cluster cooldowns, reservations in flight and tenant usage, as a task reads them."""
+    quotas: dict[str, Mapping[str, ResourceList]]
+    """Cluster -> namespace -> hard quota limits."""
     models: dict[str, Any]
 
     @classmethod
     def read(cls, hook: FederationHook, now: datetime) -> _HookView:
         names = [c.name for c in hook.spec.clusters]
-        view = hook.view(names, namespace=None, now=now)
         return cls(
             hook=hook,
-            snapshots=view.snapshots,
-            cooldowns=view.cooldowns,
-            reservations=view.reservations,
+            inputs=hook.view(names, namespace=None, now=now),
+            quotas={name: hook.state.quota_limits.get(name) for name in names},
             models=hook.fold_profiles(),
         )
 

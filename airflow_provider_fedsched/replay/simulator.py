@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from airflow_provider_fedsched.federation import ClusterSnapshot, FederationEngine, TaskRequest, Toleration
+from airflow_provider_fedsched.federation.cycle import FederationView, FixedState
 from airflow_provider_fedsched.replay.cluster import (
     USAGE_MARGIN,
     ClusterState,
@@ -279,28 +280,13 @@ class _Replay:
         in_flight = self.in_flight(borrowing)
         forecast = self.forecast(task) if self.colocation else None
         cooling = {n: EPOCH + timedelta(seconds=u) for n, u in self.cooldowns.items() if u > self.now}
-        decision = self.engine.decide(
-            request,
-            snapshots,
-            now=now,
-            cooldowns=cooling,
-            in_flight=in_flight,
-            forecast=forecast,
-            exclude=excluded,
+        # The placement cycle a task runs (cooldown retry, the impossible verdict), over the replay's view.
+        inputs = FederationView(snapshots, cooling, {}, now, in_flight=in_flight)
+        decision = (
+            FixedState(self.spec, inputs)
+            .cycle(self.engine)
+            .decide(request, exclude=excluded, forecast=forecast)
         )
-        rejected_cooling = {r.cluster for r in decision.rejected if r.plugin == "Cooldown"}
-        if decision.outcome == "wait" and rejected_cooling:
-            # The hook's rule (hooks/decisions.py): a cooldown is not a reason to wait when every
-            # compliant cluster with room is cooling down.
-            decision = self.engine.decide(
-                request,
-                snapshots,
-                now=now,
-                cooldowns={n: u for n, u in cooling.items() if n not in rejected_cooling},
-                in_flight=in_flight,
-                forecast=forecast,
-                exclude=excluded,
-            )
         self.ledger.decisions += 1
         if decision.outcome == "placed":
             assert decision.cluster is not None
@@ -312,7 +298,7 @@ class _Replay:
         return False
 
     def active_exclusions(self, state: _TaskState, borrowing: bool) -> dict[str, str]:
-        """The clusters this try left that have not answered since: as the hook does
+        """The clusters this try left that have not answered since: as the placement cycle does
         (``answered_since``), a cluster is excluded until a snapshot taken after it was left."""
         return {
             name: reason

@@ -305,9 +305,12 @@ def _pods(path: Path, header: list[str], rows: Iterator[tuple[int, dict[str, str
     return tasks
 
 
-def write_pods(path: str | Path, tasks: Iterable[Task]) -> None:
-    """Write tasks in the pod CSV columns (times relative to the first arrival)."""
-    with Path(path).open("w", newline="", encoding="utf-8") as handle:
+def write_pods(path: str | Path | io.TextIOBase, tasks: Iterable[Task]) -> None:
+    """Write tasks in the pod CSV columns (times relative to the first arrival), to a path or an open
+    text file (which is closed after)."""
+    with (
+        path if isinstance(path, io.TextIOBase) else Path(path).open("w", newline="", encoding="utf-8")
+    ) as handle:
         writer = csv.writer(handle)
         writer.writerow([*POD_COLUMNS, *POD_COLUMNS_OPTIONAL])
         for task in tasks:

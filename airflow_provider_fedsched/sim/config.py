@@ -9,8 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from airflow_provider_fedsched.federation._loading import spec_error
 from airflow_provider_fedsched.federation.documents import parse_yaml, read_text_file
-from airflow_provider_fedsched.federation.limits import NOT_BOOL, Price, SizeGb
+from airflow_provider_fedsched.federation.limits import NOT_BOOL, Labels, Price, SizeGb
 from airflow_provider_fedsched.federation.resources import QuantityError, parse_quantity
 from airflow_provider_fedsched.federation.spec import SpecError
 from airflow_provider_fedsched.sim.util import quantity_too_large
@@ -57,7 +58,7 @@ class NodePool(_Model):
     memory: str = "16Gi"
     pods: Annotated[int, NOT_BOOL, Field(ge=1)] = 110
     extra: dict[str, str] = Field(default_factory=dict, description="extended resources, e.g. nvidia.com/gpu")
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
 
     @field_validator("cpu", "memory", mode="before")
@@ -84,7 +85,7 @@ class ClusterConfig(_Model):
     name: str
     region: str = "local-1"
     group: str = "local"
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
     taints: list[Taint] = Field(
         default_factory=list, description="cluster-level taints for the placement engine"
     )
@@ -168,16 +169,6 @@ class SimConfig(_Model):
         return self
 
 
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
 def parse_config(data: Any, source: str = "config") -> SimConfig:
     """Validate a config mapping; raise :class:`SimConfigError` naming the first bad field."""
     if not isinstance(data, dict):
@@ -185,12 +176,7 @@ def parse_config(data: Any, source: str = "config") -> SimConfig:
     try:
         config = SimConfig.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = _format_loc(tuple(err["loc"]))
-            msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"{loc}: {msg}" if loc else msg)
-        raise SimConfigError(f"{source}: " + "; ".join(lines)) from None
+        raise SimConfigError(f"{source}: {spec_error(exc)}") from None
     _check_generated_spec(config, source)
     return config
 
@@ -199,7 +185,6 @@ def _check_generated_spec(config: SimConfig, source: str) -> None:
     """The federation spec the simulator writes must be one the provider reads (an unknown region in a
     dataset's ``allowed_regions``, a policy the spec refuses): refused now, naming the field, rather than
     by every task later."""
-    from airflow_provider_fedsched.federation._loading import spec_error
     from airflow_provider_fedsched.federation.spec import FederationSpec
 
     try:

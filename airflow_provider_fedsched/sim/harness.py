@@ -21,6 +21,7 @@ from typing import IO, Any, TypeVar
 import yaml
 from aiohttp import web
 
+from airflow_provider_fedsched.federation.documents import read_text_file
 from airflow_provider_fedsched.sim.cluster import Cluster, SimPortInUse
 from airflow_provider_fedsched.sim.config import SimConfig, conn_id, federation_spec, resolve_config
 from airflow_provider_fedsched.sim.control import build_control_app
@@ -36,6 +37,10 @@ LOCK_FILE = "sim.lock"
 when that process ends, however it ends."""
 
 
+STATE_FILES = (LOCK_FILE, "kubeconfig", "federation.yaml", "airflow.env", "sim.json")
+"""The files a simulator writes in its state folder."""
+
+
 class SimStateDirInUse(RuntimeError):
     """The state folder is not a folder, cannot be created, or another running simulator serves it."""
 
@@ -45,6 +50,11 @@ def claim_state_dir(state_dir: Path) -> IO[str]:
     simulator on the same folder would overwrite the kubeconfig and env files of the first."""
     if state_dir.exists() and not state_dir.is_dir():
         raise SimStateDirInUse(f"{state_dir}: not a directory")
+    # Opening or writing a named pipe or a device blocks or writes nowhere: only regular files are replaced.
+    for name in STATE_FILES:
+        path = state_dir / name
+        if (path.exists() or path.is_symlink()) and not path.is_file():
+            raise SimStateDirInUse(f"{path}: not a regular file; remove it or choose another state folder")
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         handle = open(state_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until stop()
@@ -171,7 +181,7 @@ class SimFederation:
         if self._tmp is not None:
             return {}
         try:
-            meta = json.loads((self.state_dir / "sim.json").read_text())
+            meta = json.loads(read_text_file(self.state_dir / "sim.json", "simulator state"))
             ports = {name: int(c["url"].rsplit(":", 1)[1]) for name, c in meta["clusters"].items()}
             ports[CONTROL] = int(meta["control_url"].rsplit(":", 1)[1])
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):

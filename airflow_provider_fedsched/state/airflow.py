@@ -7,10 +7,13 @@ why items many writers add get a key each (see :mod:`.stores`).
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, ClassVar
 
 from airflow_provider_fedsched.state.backend import Consistency
 from airflow_provider_fedsched.validation.stored import loads_bounded, read_stored
+
+log = logging.getLogger(__name__)
 
 
 def _in_task_runner() -> bool:
@@ -34,9 +37,43 @@ class AirflowVariableStateBackend:
         ),
     )
 
+    # Outside the Task SDK, each key's stored text (as in the table: encrypted or not) and its decoded
+    # value, shared by every instance in the process: a decision reads every reservation in flight, and
+    # decrypting and decoding the unchanged ones again each time cost more than the decision.
+    _decoded: ClassVar[dict[str, tuple[str, Any]]] = {}
+
     def get(self, key: str) -> Any | None:
-        # Untrusted: a value that is not bounded JSON is logged once with its key and read as absent.
-        return read_stored(key, self._read(key, deserialize_json=False), loads_bounded)
+        if _in_task_runner():
+            # Untrusted: a value that is not bounded JSON is logged once with its key and read as absent.
+            return read_stored(key, self._read(key, deserialize_json=False), loads_bounded)
+        rows = self._rows(key, exact=True)
+        if not rows:
+            self._decoded.pop(key, None)
+            return None
+        return self._value(*rows[0])
+
+    def _rows(self, key: str, exact: bool) -> list[tuple[str, str | None, bool]]:
+        """``(key, stored text, encrypted)`` of the Variable ``key`` or of every key under a prefix, read
+        as plain columns: loading Variable objects would register each value with the log masker."""
+        from airflow.models import Variable
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        wanted = Variable.key == key if exact else Variable.key.startswith(key)
+        with create_session() as session:
+            found = session.execute(select(Variable.key, Variable._val, Variable.is_encrypted).where(wanted))
+            return [(str(k), v, bool(e)) for k, v, e in found]
+
+    def _value(self, key: str, stored: str | None, encrypted: bool) -> Any | None:
+        if stored is None:
+            return None
+        known = self._decoded.get(key)
+        if known is not None and known[0] == stored:
+            return known[1]
+        text = _decrypted(key, stored) if encrypted else stored
+        value = read_stored(key, text, loads_bounded)
+        self._decoded[key] = (stored, value)
+        return value
 
     def get_raw(self, key: str) -> str | None:
         """A Variable's text as stored (for values that are not ours, like a federation spec)."""
@@ -94,10 +131,20 @@ class AirflowVariableStateBackend:
         if _in_task_runner():
             found = {key: self.get(key) for key in self.keys(prefix)}
             return {key: value for key, value in found.items() if value is not None}
-        from airflow.models import Variable
-        from airflow.utils.session import create_session
-
-        with create_session() as session:
-            rows = session.query(Variable).filter(Variable.key.startswith(prefix)).all()
-            found = {row.key: read_stored(row.key, row.val, loads_bounded) for row in rows}
+        found = {
+            key: self._value(key, stored, encrypted) for key, stored, encrypted in self._rows(prefix, False)
+        }
+        for gone in [key for key in self._decoded if key.startswith(prefix) and key not in found]:
+            self._decoded.pop(gone, None)
         return {key: value for key, value in found.items() if value is not None}
+
+
+def _decrypted(key: str, stored: str) -> str | None:
+    """The Variable's text decrypted with the deployment's Fernet key (as ``Variable.get_val``)."""
+    from airflow.models.crypto import get_fernet
+
+    try:
+        return str(get_fernet().decrypt(bytes(stored, "utf-8")).decode())
+    except Exception as exc:  # an invalid token or a missing key: read as absent, as Airflow does
+        log.error("Cannot decrypt the Variable %s (%s): read as absent", key, type(exc).__name__)
+        return None

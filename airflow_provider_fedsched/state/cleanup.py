@@ -65,19 +65,21 @@ class OrphanStore(Store):
     # A pod left behind in a silent cluster may have run to the end meanwhile: the sweep that deletes it
     # writes that down first, so that its task never runs the work again (see hooks/sensing.py). One small
     # key per such pod, removed when the task takes the result.
-    def _swept_key(self, cluster: str, namespace: str, pod: str) -> str:
-        return self._key("swept", cluster, f"{namespace}.{pod}")
+    def _swept_key(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> str:
+        return self._key("swept", cluster, ("" if kind == "pod" else f"{kind}:") + f"{namespace}.{pod}")
 
-    def swept_succeeded(self, cluster: str, namespace: str, pod: str) -> None:
-        """The sweep is about to delete this orphan pod, which it found Succeeded."""
-        self.backend.set(self._swept_key(cluster, namespace, pod), {"phase": "Succeeded", "at": time.time()})
+    def swept_succeeded(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
+        """The sweep is about to delete this orphan pod, which it found Succeeded (a Job, ``kind="job"``:
+        found complete)."""
+        key = self._swept_key(cluster, namespace, pod, kind)
+        self.backend.set(key, {"phase": "Succeeded", "at": time.time()})
 
-    def was_swept_succeeded(self, cluster: str, namespace: str, pod: str) -> bool:
-        key = self._swept_key(cluster, namespace, pod)
+    def was_swept_succeeded(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> bool:
+        key = self._swept_key(cluster, namespace, pod, kind)
         return read_stored(key, self.backend.get(key) or None, _swept) is not None
 
-    def forget_swept(self, cluster: str, namespace: str, pod: str) -> None:
-        self.backend.delete(self._swept_key(cluster, namespace, pod))
+    def forget_swept(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
+        self.backend.delete(self._swept_key(cluster, namespace, pod, kind))
 
 
 class DeferredStore(Store):

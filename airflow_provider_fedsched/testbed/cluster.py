@@ -334,12 +334,25 @@ class TestbedCluster:
     # -- objects ------------------------------------------------------------------------------------
     def _audit_policy(self) -> dict[str, Any]:
         """One line per finished request of the admin and the provider: what request_count reads, and
-        the provider's denied requests (its Leases too: a ledger the manifests forbid must show)."""
+        the provider's denied requests (its Leases too: a ledger the manifests forbid must show). Every
+        write of a pod or its status, whoever sends it (kwok playing the kubelet, the Job controller, the
+        scheduler's binding), with the object as it then was: the pod's life as the cluster recorded it,
+        which the soak's auditor reads (``testbed/podlife.py``)."""
         return {
             "apiVersion": "audit.k8s.io/v1",
             "kind": "Policy",
             "omitStages": ["RequestReceived", "ResponseStarted"],
             "rules": [
+                {
+                    "level": "RequestResponse",
+                    "resources": [{"group": "", "resources": ["pods", "pods/status"]}],
+                    "verbs": ["create", "update", "patch"],
+                },
+                {
+                    "level": "Metadata",
+                    "resources": [{"group": "", "resources": ["pods"]}],
+                    "verbs": ["delete", "deletecollection"],
+                },
                 {"level": "None", "users": _QUIET_USERS},
                 {"level": "None", "nonResourceURLs": ["/readyz", "/healthz", "/livez"]},
                 {"level": "Metadata"},

@@ -117,8 +117,9 @@ def _api_message(exc: client.ApiException) -> str:
         return str(exc.reason)
 
 
-class _Faults:
-    """The faults of one running test bed; :meth:`apply` runs one (callers serialize)."""
+class FederationFaults:
+    """The faults of one running test bed; :meth:`apply` runs one (callers serialize): the control socket's,
+    and the soak's (which owns its test bed)."""
 
     def __init__(self, fed: TestbedFederation) -> None:
         self.fed = fed
@@ -241,7 +242,7 @@ def _address(path: Path) -> Iterator[str]:
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
-    faults: _Faults
+    faults: FederationFaults
     lock: threading.Lock
 
 
@@ -287,7 +288,7 @@ class ControlServer:
                 self._server = _Server(address, _Handler)
             finally:
                 os.umask(old_umask)
-        self._server.faults = _Faults(fed)
+        self._server.faults = FederationFaults(fed)
         self._server.lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="testbed-control", daemon=True

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_fedsched.federation.documents import read_text_file
 from airflow_provider_fedsched.sim.config import SimConfig, federation_spec, resolve_config
 from airflow_provider_fedsched.sim.harness import conn_id, write_federation_files
 from airflow_provider_fedsched.testbed import binaries
@@ -40,7 +41,7 @@ class StateDirInUse(RuntimeError):
 def owner(state_dir: Path) -> dict[str, Any] | None:
     """The process that holds ``state_dir`` (``pid``, ``create_time``) if it still runs, else ``None``."""
     try:
-        found = json.loads((state_dir / LOCK_FILE).read_text() or "null")
+        found = json.loads(read_text_file(state_dir / LOCK_FILE, "test bed lock") or "null")
         pid, created = int(found["pid"]), float(found["create_time"])
     except (OSError, ValueError, TypeError, KeyError):
         return None
@@ -50,7 +51,7 @@ def owner(state_dir: Path) -> dict[str, Any] | None:
 def read_state(state_dir: Path) -> dict[str, Any] | None:
     """``testbed.json`` as the running (or last) test bed wrote it, or ``None`` when there is none."""
     try:
-        found = json.loads((state_dir / STATE_FILE).read_text())
+        found = json.loads(read_text_file(state_dir / STATE_FILE, "test bed state"))  # a FIFO would block
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) and isinstance(found.get("clusters"), dict) else None

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from airflow_provider_fedsched.sim.handles import MemberHandle, wait_for
 from airflow_provider_fedsched.testbed.cluster import (
+    ADMIN_USER,
     PROVIDER_ACCOUNT,
     PROVIDER_NAMESPACE,
     TestbedCluster,
@@ -257,7 +258,18 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
                 ],
             },
         }
-        return self.create_pod(namespace, body)
+
+        def admitted() -> dict[str, Any]:
+            # The Priority admission plugin reads PriorityClasses from an informer cache, so a class created
+            # a moment ago can still be unknown to it (a 403 naming the class) on a loaded machine.
+            try:
+                return self.create_pod(namespace, body)
+            except client.ApiException as exc:
+                if exc.status == 403 and f"no PriorityClass with name {pc} was found" in str(exc.body):
+                    return {}
+                raise
+
+        return wait_for(admitted, timeout=30.0, interval=0.2, message=f"PriorityClass {pc} admitted")
 
     def set_quota(self, namespace: str, hard: dict[str, str], name: str = "compute") -> dict[str, Any]:
         return self.cluster.set_quota(namespace, hard, name)
@@ -289,9 +301,12 @@ class TestbedClusterHandle(MemberHandle[TestbedCluster]):
 
     def request_counts(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}
+        people = {ADMIN_USER, f"system:serviceaccount:{PROVIDER_NAMESPACE}:{PROVIDER_ACCOUNT}"}
         for event in self._audit_events():
             if event.get("stage") not in ("ResponseComplete", "Panic"):
                 continue
+            if event.get("user", {}).get("username") not in people:
+                continue  # the components' pod writes, audited for the soak, are no client's requests
             if event.get("objectRef", {}).get("resource") == "leases":
                 continue  # the placement ledger's bookkeeping, which the simulator does not count either
             key = (

@@ -4,10 +4,12 @@ Unlike KubernetesPodTrigger it is given a cluster of the federation and its conn
 kubeconfig, token or certificate (its kwargs are stored in the metadata database), and it builds its
 client from that connection alone, so a ``KUBECONFIG``, ``~/.kube/config`` or in-cluster configuration
 of the triggerer process plays no part. It fires only with news the operator must act on: the pod ended,
-was evicted, stayed unschedulable past its grace, disappeared, or its cluster (or node) did not answer
-for longer than the task's ``unreachable_grace``. A timer alone never judges an attempt: the operator
-reads the pod again when it resumes. It never fires sooner than :data:`MIN_DEFERRAL_SECONDS` after it
-started, so that the scheduler has seen the task deferred before the event resumes it.
+was evicted, stayed unschedulable past its grace, disappeared, its cluster (or node) did not answer
+for longer than the task's ``unreachable_grace``, or a pod the preemptible try fenced when it moved
+turned out to have Succeeded (``fenced_done``: the operator stops this copy and takes that result).
+A timer alone never judges an attempt: the operator reads the pod again when it resumes. It never fires
+sooner than :data:`MIN_DEFERRAL_SECONDS` after it started, so that the scheduler has seen the task
+deferred before the event resumes it.
 
 When a user ends the deferred task (mark failed or success), :meth:`on_kill` deletes the pod, confirms
 it is gone and records the outcome in the task's placement record. A trigger started (by a triggerer
@@ -100,6 +102,7 @@ class FederatedPodTrigger(BaseTrigger):
         trigger_kwargs: dict[str, Any] | None = None,
         result_grace: float | None = None,
         deferred_at: float | None = None,
+        fenced: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.federation = federation
@@ -117,6 +120,10 @@ class FederatedPodTrigger(BaseTrigger):
         self.trigger_kwargs = dict(trigger_kwargs or {})
         self.result_grace = float(result_grace) if result_grace is not None else self.unreachable_grace
         self.deferred_at = float(deferred_at) if deferred_at is not None else time.time()
+        self.fenced = [dict(entry) for entry in fenced or []]
+        """Pods a preemptible try left in clusters that stopped answering (``cluster``, ``namespace``,
+        ``pod``): one seen Succeeded fires ``fenced_done``, and the operator takes its result."""
+        self._fenced_apis: dict[str, Any] = {}
         self._fired = False
         self._cleanup: asyncio.Future[None] | None = None
         self._federation_hook: Any = None
@@ -140,6 +147,7 @@ class FederatedPodTrigger(BaseTrigger):
                 "trigger_kwargs": self.trigger_kwargs,
                 "result_grace": self.result_grace,
                 "deferred_at": self.deferred_at,
+                "fenced": self.fenced,
             },
         )
 
@@ -286,6 +294,14 @@ class FederatedPodTrigger(BaseTrigger):
                 await asyncio.sleep(min(self.poll_interval, 2.0))
                 continue
             unanswered_since, grace = None, self.unreachable_grace
+            done = await self._fenced_succeeded() if self.fenced else None
+            if done is not None:
+                return self._event(
+                    "fenced_done",
+                    f"pod {done['pod']}, left in {done['cluster']} when it stopped answering, Succeeded",
+                    fenced_pod=done["pod"],
+                    fenced_cluster=done["cluster"],
+                )
             status = pod.get("status") or {}
             phase = status.get("phase")
             found = disruption(pod)
@@ -310,6 +326,36 @@ class FederatedPodTrigger(BaseTrigger):
                 message = f"node {node} of {self.cluster} is NotReady: no word of the pod for {silent:.0f}s"
                 return self._event("lost", message)
             await asyncio.sleep(self.poll_interval)
+
+    async def _fenced_succeeded(self) -> dict[str, Any] | None:
+        """A fenced pod seen Succeeded (by a read, or by the snapshot that deleted it), if any; fenced pods
+        seen Failed or gone leave the list. A cluster that does not answer is asked again next time."""
+        for entry in list(self.fenced):
+            cluster, namespace, name = entry["cluster"], entry["namespace"], entry["pod"]
+            try:
+                api = self._fenced_apis.get(cluster)
+                if api is None:
+                    from kubernetes_asyncio import client
+
+                    from airflow_provider_fedsched.kube.clients import api_client
+
+                    access = await _off_the_loop(lambda c=cluster: self._hook().access(c))
+                    api = self._fenced_apis[cluster] = client.CoreV1Api(await api_client(access))
+                pod = await api.read_namespaced_pod(
+                    name, namespace, _request_timeout=(CONNECT_TIMEOUT, READ_TIMEOUT)
+                )
+                phase = pod.status.phase if pod.status else None
+            except Exception as exc:
+                if not is_gone(exc):
+                    continue  # silent (or refusing) for now
+                orphans = self._hook().state.orphans
+                swept = await _off_the_loop(orphans.was_swept_succeeded, cluster, namespace, name)
+                phase = "Succeeded" if swept else "gone"
+            if phase == "Succeeded":
+                return entry
+            if phase in ("Failed", "gone"):
+                self.fenced.remove(entry)
+        return None
 
     async def _note_ended(self, phase: str) -> None:
         """Write down that the pod ended, for the operator, before the event is held back or lost."""

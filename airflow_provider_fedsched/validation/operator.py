@@ -22,6 +22,8 @@ from airflow_provider_fedsched.federation.limits import (
     check_int,
     check_seconds,
     describe,
+    label_key_problem,
+    label_value_problem,
 )
 from airflow_provider_fedsched.federation.spec import SpecError
 
@@ -33,8 +35,13 @@ __all__ = [
     "OperatorArguments",
     "check_annotations",
     "check_job_arguments",
+    "check_labels",
     "check_names",
     "check_operator_arguments",
+    "check_pod_arguments",
+    "check_pod_labels",
+    "check_pod_name",
+    "check_pod_size",
 ]
 
 MAX_CLUSTER_ATTEMPTS = 100
@@ -48,12 +55,8 @@ MAX_GANG_PODS = 100_000
 """``parallelism`` and ``completions`` of a federated Job: the Job API's own bound for indexed Jobs."""
 MAX_JOB_POLL_INTERVAL = 3600.0
 COMPLETION_MODES = ("NonIndexed", "Indexed")
-_QUALIFIED_NAME = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-"""A Kubernetes qualified name (an annotation's or label's key): an optional DNS-subdomain prefix and
-``/``, then at most 63 letters, digits, ``-``, ``_`` and ``.``."""
+MAX_LABELS = 1_000
+"""Labels on a pod or in a selector: far beyond use, bounding what one argument costs to check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +159,7 @@ def check_operator_arguments(
             f"{describe(cluster_selector)}"
         )
     selector = dict(cluster_selector or {})
-    for key, value in selector.items():
-        if not isinstance(key, str) or not key or not isinstance(value, str):
-            raise SpecError(f"cluster_selector: labels are strings (got {describe(key)}: {describe(value)})")
+    check_labels(selector, "cluster_selector")
     return OperatorArguments(
         datasets=names,
         clusters=members,
@@ -178,6 +179,136 @@ def check_operator_arguments(
     )
 
 
+def check_labels(value: Any, argument: str = "labels") -> None:
+    """Labels or a label selector as Kubernetes accepts them (keys qualified names, values at most 63
+    characters of the label alphabet): refused here, naming the argument and key, instead of a 422 from
+    the API server once the task is placed."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise SpecError(
+            f"{argument}: expected a mapping of label to value, got {type(value).__name__} {describe(value)}"
+        )
+    if len(value) > MAX_LABELS:
+        raise SpecError(f"{argument}: {len(value):,} labels, more than the {MAX_LABELS:,} allowed")
+    for key, item in value.items():
+        problem = label_key_problem(key)
+        if problem is not None:
+            raise SpecError(f"{argument}: {problem}")
+        problem = label_value_problem(item)
+        if problem is not None:
+            raise SpecError(f"{argument}.{key}: {problem}")
+
+
+def check_pod_labels(*, labels: Any, node_selector: Any, tolerations: Any, full_pod_spec: Any) -> None:
+    """The label keys and values a pod operator's arguments carry (``labels``, ``node_selector``, the keys
+    and values of ``tolerations``, a ``full_pod_spec``'s labels), checked before a member is resolved;
+    a ``pod_template_file``'s are checked on the built pod (:func:`check_labels`)."""
+    check_labels(labels, "labels")
+    check_labels(node_selector, "node_selector")
+    metadata = getattr(full_pod_spec, "metadata", None)
+    check_labels(getattr(metadata, "labels", None), "full_pod_spec.metadata.labels")
+    from pydantic import ValidationError
+
+    from airflow_provider_fedsched.federation._loading import spec_error
+    from airflow_provider_fedsched.federation.request import Toleration
+
+    for position, toleration in enumerate(tolerations or ()):
+        fields = {
+            name: toleration.get(name) if isinstance(toleration, Mapping) else getattr(toleration, name, None)
+            for name in ("key", "operator", "value", "effect")
+        }
+        try:  # the rules the placement applies to it (an empty key needs Exists; label syntax)
+            Toleration.model_validate({name: item for name, item in fields.items() if item is not None})
+        except ValidationError as exc:
+            raise spec_error(exc, f"tolerations[{position}]") from None
+
+
+MAX_INT64 = 2**63 - 1
+MAX_POLL_INTERVAL = 3600.0
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SUBDOMAIN_ARGUMENTS = ("priority_class_name", "service_account_name", "runtime_class_name", "schedulername")
+"""Pod operator arguments that name a Kubernetes object: DNS subdomains, as the API server checks them."""
+
+
+def check_pod_arguments(arguments: Mapping[str, Any]) -> None:
+    """The pod operator's own arguments that the API server, or the wait for the pod, would otherwise
+    refuse only after the placement: intervals and timeouts finite and in range (``poll_interval=nan``
+    failed in the triggerer once the pod ran; ``startup_timeout_seconds=nan`` never timed out), the
+    integers the pod spec takes (``termination_grace_period``, ``active_deadline_seconds``), and the
+    names of objects the pod refers to. ``None`` is always allowed (Kubernetes' default)."""
+    for name in ("poll_interval", "startup_check_interval_seconds", "base_container_status_polling_interval"):
+        value = arguments.get(name)
+        if value is not None and check_seconds(value, name, maximum=MAX_POLL_INTERVAL) <= 0:
+            raise SpecError(f"{name}: {describe(value)} must be above 0 seconds")
+    for name in ("startup_timeout_seconds", "logging_interval"):
+        if arguments.get(name) is not None:
+            check_seconds(arguments[name], name)
+    if arguments.get("termination_grace_period") is not None:
+        check_int(
+            arguments["termination_grace_period"], "termination_grace_period", minimum=0, maximum=MAX_INT64
+        )
+    if arguments.get("active_deadline_seconds") is not None:
+        check_int(
+            arguments["active_deadline_seconds"], "active_deadline_seconds", minimum=1, maximum=MAX_INT64
+        )
+    for name in _SUBDOMAIN_ARGUMENTS:
+        value = arguments.get(name)
+        if value is not None and not _is_subdomain(value):
+            raise SpecError(
+                f"{name}: {describe(value)} is not a Kubernetes object name (lowercase letters, digits, '-' "
+                f"and '.', at most {MAX_NAME} characters)"
+            )
+
+
+MAX_POD_BYTES = 1024 * 1024
+"""A pod as sent to the API server: etcd stores at most 1.5 MiB per object (its default request limit),
+and the API server refuses a larger request with a 413; the provider adds its own annotations."""
+
+
+def check_pod_size(document: Any) -> None:
+    """The pod (as its JSON is sent) within :data:`MAX_POD_BYTES`: a 50 MB argument, environment variable
+    or command is refused before the placement, not by the API server after it. Counted by walking the
+    document (strings by their UTF-8 length), stopping once past the limit."""
+    total = 0
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2 if item.isascii() else len(item.encode()) + 2
+        elif isinstance(item, Mapping):
+            for key, value in item.items():
+                total += len(str(key)) + 4
+                stack.append(value)
+        elif isinstance(item, list | tuple):
+            total += 2
+            stack.extend(item)
+        else:
+            total += 8
+        if total > MAX_POD_BYTES:
+            raise SpecError(
+                f"pod: more than {MAX_POD_BYTES:,} bytes once serialized (arguments, commands, environment "
+                "variables, volumes); Kubernetes stores at most 1.5 MiB per object: pass large inputs "
+                "through a volume or object storage"
+            )
+
+
+def check_pod_name(name: Any) -> None:
+    """The pod's name once built (``name=`` with the random suffix): a DNS subdomain, as the API server
+    checks it when the pod is created."""
+    if not _is_subdomain(name):
+        raise SpecError(
+            f"name: the pod would be named {describe(name)}, which Kubernetes refuses (lowercase letters, "
+            f"digits, '-' and '.', at most {MAX_NAME} characters)"
+        )
+
+
+def _is_subdomain(value: Any) -> bool:
+    return (
+        isinstance(value, str) and 0 < len(value) <= MAX_NAME and _DNS_SUBDOMAIN.fullmatch(value) is not None
+    )
+
+
 def check_annotations(value: Any, argument: str = "annotations") -> None:
     """Annotations as Kubernetes accepts them: a mapping of qualified names to strings, at most
     :data:`MAX_ANNOTATIONS_BYTES` in all (a 50 MB annotation is refused here, not by the API server after
@@ -191,7 +322,7 @@ def check_annotations(value: Any, argument: str = "annotations") -> None:
         )
     total = 0
     for key, item in value.items():
-        if not isinstance(key, str) or len(key) > MAX_NAME + 64 or not _QUALIFIED_NAME.match(key):
+        if label_key_problem(key) is not None:
             raise SpecError(
                 f"{argument}: {describe(key)} is not a Kubernetes annotation name (an optional DNS-subdomain "
                 "prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"

@@ -259,7 +259,7 @@ class StoredDeferred(StoredOrphan):
 
 class StoredSwept(_Stored):
     """``fedsched/<federation>/swept/<cluster>/<namespace>.<pod>``: an orphan pod the sweep found
-    Succeeded."""
+    Succeeded (``.../swept/<cluster>/job:<namespace>.<name>``: an orphan Job it found complete)."""
 
     phase: Literal["Succeeded"]
 

@@ -2,7 +2,8 @@
 
 The manifest (``FEDSCHED_SOAK_MANIFEST``, written by ``python -m soak``) says, for every map index, which
 datasets the task reads, how long its pod runs and its exit code; the simulated kubelet acts them out
-through the ``sim.fedsched.io/*`` annotations.
+through the ``sim.fedsched.io/*`` annotations (and the test bed's kwok nodes, through the same ones). A
+group with ``gang`` is a FederatedKubernetesJobOperator: one Job of that many pods per task.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.sdk import DAG
 from kubernetes.client import models as k8s
 
+from airflow_provider_fedsched.operators.federated_job import FederatedKubernetesJobOperator
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
 
 TASK_LABEL = "fedsched-soak/task"
@@ -33,19 +36,26 @@ with DAG(
 ):
     for group in manifest["groups"]:
         tasks = [t for t in manifest["tasks"] if t["task_id"] == group["task_id"]]
-        extra = {}
+        extra: dict[str, Any] = {}
         if (
             "unreachable_grace" in _ACCEPTS
         ):  # the delivery contract's per-task grace, when the operator has it
             extra["unreachable_grace"] = timedelta(seconds=manifest["unreachable_grace"])
-        FederatedKubernetesOperator.partial(
+        if group.get("gang"):
+            # A gang: one Job of ``gang`` pods, all in one cluster (the Job controller makes the pods).
+            extra.update(
+                parallelism=group["gang"], completions=group["gang"], backoff_limit=0, job_poll_interval=2.0
+            )
+        else:
+            extra.update(deferrable=group["deferrable"], get_logs=True)
+        operator = FederatedKubernetesJobOperator if group.get("gang") else FederatedKubernetesOperator
+        operator.partial(
             task_id=group["task_id"],
             name=group["task_id"].replace("_", "-"),
             image="busybox:1.36",
             cmds=["sh", "-c"],
             arguments=["run-soak-work"],
             namespace=group["namespace"],
-            deferrable=group["deferrable"],
             preemptible=group["preemptible"],
             checkpoint=(
                 "memory://soak/{{ ti.task_id }}/{{ ti.map_index }}" if group["preemptible"] else None
@@ -58,7 +68,6 @@ with DAG(
             unschedulable_grace_seconds=20.0,
             retries=group["retries"],
             retry_delay=timedelta(seconds=5),
-            get_logs=True,
             **extra,
         ).expand_kwargs(
             [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -235,3 +236,76 @@ def test_the_lookup_context_lasts_the_verb_and_an_explicit_one_wins(monkeypatch:
     with airflow_lookup_context():
         assert os.environ[PROCESS_CONTEXT] == "client"
     assert os.environ[PROCESS_CONTEXT] == "client"
+
+
+def _no_json_broken(done: subprocess.CompletedProcess[str]) -> None:
+    """What ``--json`` promises whatever happens: stdout is empty or one JSON document; no traceback."""
+    if done.stdout.strip():
+        json.loads(done.stdout)
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_a_connection_extra_that_is_not_json_is_one_line_naming_it(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """Airflow logs such an extra with a traceback (once on stdout, inside ``--json``) and reads it as no
+    extras: the verbs name the connection and its extra instead, and keep Airflow's logs on stderr."""
+    # In the metadata database: a row Airflow's own CLI refuses to write, left by a hand edit or older tools.
+    bad = "k8s_bad_extra"
+    done = subprocess.run(
+        [str(BIN / "airflow"), "connections", "add", bad, "--conn-type", "kubernetes", "--conn-extra", "{}"],
+        env=deployment.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    database = deployment.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
+    with sqlite3.connect(database) as db:
+        db.execute(
+            "UPDATE connection SET extra = '{not json', is_extra_encrypted = 0 WHERE conn_id = ?", (bad,)
+        )
+    spec = yaml.safe_load(deployment.federation.read_text())
+    cluster = spec["clusters"][0]["name"]
+    spec["clusters"][0]["conn_id"] = bad
+    in_database = tmp_path / "federation.yaml"
+    in_database.write_text(yaml.safe_dump(spec))
+    # In an environment variable, as docs/deploy.md shows them, with the extra typed by hand.
+    east = conn_id("east-cpu")
+    in_variable = {
+        **deployment.env,
+        f"AIRFLOW_CONN_{east.upper()}": json.dumps({"conn_type": "kubernetes", "extra": "{not json"}),
+    }
+    cases = [
+        (in_database, deployment.env, cluster, bad, "MetastoreBackend: its extra is not valid JSON"),
+        (deployment.federation, in_variable, "east-cpu", east, "connection extra is not valid JSON"),
+    ]
+
+    for federation, env, member, connection, problem in cases:
+        for verb in (["snapshot"], ["place", "--live", "--cpu", "1"]):
+            done = deployment.fedsched(*verb, "--federation", str(federation), "--json", env=env)
+
+            assert done.returncode == 2, (verb, done.stdout, done.stderr)
+            _no_json_broken(done)
+            assert done.stdout == ""
+            (line,) = [line for line in done.stderr.splitlines() if line.startswith("fedsched")]
+            where = f"cluster {member!r} (connection {connection!r})"
+            assert line.startswith(f"fedsched {verb[0]}: error: {where}")
+            assert problem in line
+
+
+def test_airflow_s_log_lines_stay_off_stdout(deployment: Deployment) -> None:
+    """A connection URI with a one-letter password makes Airflow warn that it cannot mask it: on stderr,
+    the JSON document alone on stdout."""
+    east = conn_id("east-cpu")
+    extra = json.dumps(kubernetes_extra(deployment.fed, "east-cpu"))
+    env = {
+        **deployment.env,
+        f"AIRFLOW_CONN_{east.upper()}": json.dumps(
+            {"conn_type": "kubernetes", "password": "x", "extra": extra}
+        ),
+    }
+
+    done = deployment.fedsched("snapshot", "--federation", str(deployment.federation), "--json", env=env)
+
+    assert done.returncode == 0, done.stderr
+    _no_json_broken(done)
+    assert {row["cluster"] for row in json.loads(done.stdout)["clusters"]} == set(deployment.fed.clusters)
+    assert "mask" in done.stderr  # Airflow did log, on stderr

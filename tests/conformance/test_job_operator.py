@@ -17,10 +17,13 @@ from kubernetes import client
 from tests.operators.test_federated_job import (  # noqa: F401 - collected here, against the test bed
     background,
     east_mostly_down,
+    job_creates,
     path,
     run,
     test_a_gang_runs_whole_in_the_chosen_cluster_and_leaves_nothing,
     test_a_member_unschedulable_past_the_grace_moves_the_whole_gang,
+    test_a_retry_takes_the_success_of_a_lost_try_s_job_that_completed_and_was_swept,
+    test_a_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_its_complete_job,
     test_an_evicted_member_moves_the_gang_which_resumes_from_its_checkpoint,
     test_bad_parallelism_fails_at_the_start_naming_the_argument,
 )

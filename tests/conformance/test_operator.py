@@ -10,6 +10,7 @@ from __future__ import annotations
 from tests.operators.test_federated_operator import (  # noqa: F401 - collected here, against the test bed
     background,
     test_a_member_whose_hard_quota_is_below_the_request_is_rejected_as_never_when_placed_elsewhere,
+    test_a_preemptible_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_its_finished_pod,
     test_bad_input_fails_at_the_start_naming_the_argument,
     test_deferrable_mode_runs_in_the_chosen_cluster_and_returns_xcom,
     test_deferrable_quota_failover,

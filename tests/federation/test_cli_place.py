@@ -65,15 +65,25 @@ def test_gpu_without_toleration_is_impossible(capsys: pytest.CaptureFixture[str]
     assert "untolerated taint {nvidia.com/gpu: present}" in north["reason"]
 
 
-def test_conflicting_sovereignty_is_impossible_and_cooldown_means_wait(
+def test_conflicting_sovereignty_is_impossible_and_a_cooldown_is_no_reason_to_wait(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, out, _ = run(capsys, "--dataset", "user-events", "--dataset", "eu-customers", "--json")
     assert code == cli.EXIT_NOT_PLACED and json.loads(out)["outcome"] == "impossible"
+    code, out, _ = run(capsys, "--json")
+    best = json.loads(out)["cluster"]
+    # As a task decides (the placement cycle): every compliant cluster with room cooling down, the best
+    # of them is chosen and the reason says so; a cooldown on it alone sends the task elsewhere.
     code, out, _ = run(
         capsys, "--cooldown", "east-cpu", "--cooldown", "north-gpu", "--cooldown", "west-general", "--json"
     )
-    assert code == cli.EXIT_NOT_PLACED and json.loads(out)["outcome"] == "wait"
+    decision = json.loads(out)
+    assert code == cli.EXIT_OK and decision["cluster"] == best
+    assert "is cooling down, but every compliant cluster with room is" in decision["reason"]
+    code, out, _ = run(capsys, "--cooldown", best, "--json")
+    decision = json.loads(out)
+    assert code == cli.EXIT_OK and decision["cluster"] != best
+    assert {(r["cluster"], r["plugin"]) for r in decision["rejected"]} >= {(best, "Cooldown")}
 
 
 def test_now_defaults_to_the_newest_observation_and_can_make_snapshots_stale(

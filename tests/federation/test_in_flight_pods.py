@@ -18,6 +18,7 @@ from airflow_provider_fedsched.federation import (
 )
 from airflow_provider_fedsched.federation.framework import ClusterView
 from airflow_provider_fedsched.federation.plugins.nodefit import _charge_pods, _NodeFitData
+from airflow_provider_fedsched.federation.spec import Taint
 from tests.federation.helpers import GPU, NOW, cluster, node, request, snapshot, spec
 
 PACKS_GPU: dict[str, object] = {"type": "MostAllocated", "resources": [GPU]}
@@ -59,6 +60,32 @@ def test_a_gpu_pods_cpu_is_charged_to_its_gpu_node() -> None:
     in_flight = {"cpu": 8000, GPU: 1}
     assert engine.decide(ten, {"c": nodes}, now=NOW, in_flight={"c": [in_flight]}).placed
     assert engine.decide(ten, {"c": nodes}, now=NOW, reservations={"c": in_flight}).outcome == "wait"
+
+
+def test_a_held_gpu_pod_takes_no_room_on_the_cpu_node_a_cpu_pod_needs() -> None:
+    """The demo's clickstream_rollup: a CPU pod may use only the untainted CPU node of a GPU cluster, and a
+    GPU pod is in flight there. Charged pod by pod, the GPU pod lands on a GPU node and the CPU pod is
+    placed; charged as one sum to the nodes the CPU pod may use, it fills the CPU node and the CPU pod
+    waits. The placement ledger's check of a cluster (a request restricted to it) passes its held
+    placements pod by pod, so that it agrees with the decision that chose the cluster."""
+    taint = Taint(key=GPU, value="present", effect="NoSchedule")
+    gpu_node = {"cpu": "8", "memory": "64Gi", GPU: "2"}
+    nodes = snapshot(
+        "c",
+        [
+            node("gpu-1", gpu_node, taints=[taint]),
+            node("gpu-2", gpu_node, taints=[taint]),
+            node("cpu-1", {"cpu": "3", "memory": "12Gi"}),
+        ],
+    )
+    engine = FederationEngine(_spec())
+    cpu_pod = request({"cpu": "2", "memory": "8Gi"}, clusters=["c"])
+    held = {"cpu": 4000, "memory": 16 * 2**30, GPU: 2}
+    placed = engine.decide(cpu_pod, {"c": nodes}, now=NOW, reservations={"c": held}, in_flight={"c": [held]})
+    assert (placed.outcome, placed.cluster) == ("placed", "c")
+    summed = engine.decide(cpu_pod, {"c": nodes}, now=NOW, reservations={"c": held})
+    assert summed.outcome == "wait"
+    assert summed.rejected[0].reason.startswith("0/3 nodes fit: 1 Insufficient cpu, 1 Insufficient memory")
 
 
 def test_a_pod_no_node_holds_stays_pending_and_takes_nothing() -> None:

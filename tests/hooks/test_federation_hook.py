@@ -281,6 +281,28 @@ def test_fedsched_snapshot_and_live_place_from_a_kubeconfig(
     assert code == 0 and json.loads(capsys.readouterr().out)["cluster"] == "north-gpu"
 
 
+def test_live_place_knows_a_request_above_a_hard_quota_can_never_fit(
+    fed: SimFederation, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As a task decides (the placement cycle): a namespace whose hard quota is below the request is
+    "never" on that cluster, and the explanation of the task placed elsewhere says so."""
+    from airflow_provider_fedsched import cli
+
+    federation, kubeconfig = str(fed.state_dir / "federation.yaml"), str(fed.state_dir / "kubeconfig")
+    east = fed["east-cpu"]
+    east.set_quota("etl", {"requests.cpu": "1"}, name="tiny")
+    try:
+        live = ["place", "--federation", federation, "--live", "--kubeconfig", kubeconfig]
+        code = cli.main([*live, "--cpu", "2", "--namespace", "etl", "--json"])
+    finally:
+        east.set_quota("etl", {"requests.cpu": "1000"}, name="tiny")  # the module's other tests: room
+    decision = json.loads(capsys.readouterr().out)
+    assert code == 0 and decision["cluster"] != "east-cpu", decision["reason"]
+    east_rejection = next(r for r in decision["rejected"] if r["cluster"] == "east-cpu")
+    assert east_rejection["plugin"] == "Quota" and east_rejection["permanent"]
+    assert "above the namespace's hard quota for cpu: it can never fit" in east_rejection["reason"]
+
+
 def test_single_flight_refresh_across_worker_processes(
     fed: SimFederation, spec_path: Path, tmp_path: Path, airflow_db: None
 ) -> None:

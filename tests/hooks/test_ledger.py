@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_provider_fedsched.federation.request import TaskRequest
+from airflow_provider_fedsched.federation.request import GangRole, TaskRequest
 from airflow_provider_fedsched.hooks import ledgers
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation
@@ -40,7 +41,7 @@ REQUEST = TaskRequest(resources={"cpu": 1000, "memory": 2**30})
 PLACE = """
 import json, sys, time
 from pathlib import Path
-from airflow_provider_fedsched.federation.request import TaskRequest
+from airflow_provider_fedsched.federation.request import GangRole, TaskRequest
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.state import AirflowVariableStateBackend
 hook = FederationHook(sys.argv[1], kubeconfig=sys.argv[2], state=AirflowVariableStateBackend())
@@ -119,3 +120,92 @@ def test_reservations_hold_across_worker_processes(
     FederationHook(spec_path, kubeconfig=solo.kubeconfig_path, state=AirflowVariableStateBackend()).collect()
     outcomes = place_concurrently(solo, spec_path, tmp_path, ledger=True)
     assert outcomes.count("placed") == SLOTS and outcomes.count("wait") == WORKERS - SLOTS
+
+
+def test_a_busy_ledger_is_waited_for_never_given_up_on(solo: SimFederation, spec_path: Path) -> None:
+    """Twelve threads of one process place at once on room for two: the ledger's compare-and-set
+    arbitrates (no process lock), losing writers retry while the room lasts, and a busy ledger is never
+    mistaken for one the cluster cannot keep (which would leave only shared state to guard the room)."""
+    hook = FederationHook(
+        spec_path, kubeconfig=solo.kubeconfig_path, state=FederationState(MemoryStateBackend())
+    )
+    hook.collect()
+    hook.access("solo")
+    barrier = threading.Barrier(12)
+    outcomes: list[str] = []
+
+    def place(index: int) -> None:
+        barrier.wait()
+        outcomes.append(hook.place(REQUEST, f"burst-{index}").outcome)
+
+    threads = [threading.Thread(target=place, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(outcomes) == ["placed"] * SLOTS + ["wait"] * (12 - SLOTS)
+    assert len(ledgers.held(hook, "solo")) == SLOTS
+    assert (hook.spec.name, "solo") not in ledgers._unavailable
+
+
+# A GPU pool (tainted) and one small CPU node: a GPU task's room is on the GPU nodes, a CPU task's on the
+# CPU node only.
+MIXED = {
+    "time_scale": 0.1,
+    "clusters": [
+        {
+            "name": "mixed",
+            "region": "r1",
+            "prices": {"cpu_hour": 0.01, "memory_gib_hour": 0.001, "gpu_hour": 1.0},
+            "node_pools": [
+                {
+                    "name": "gpu",
+                    "count": 2,
+                    "cpu": "8",
+                    "memory": "64Gi",
+                    "extra": {"nvidia.com/gpu": "2"},
+                    "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+                },
+                {"name": "cpu", "count": 1, "cpu": "3", "memory": "12Gi"},
+            ],
+        }
+    ],
+}
+
+
+def test_the_ledger_judges_a_held_pod_where_it_can_land_as_the_decision_does(tmp_path: Path) -> None:
+    """A GPU task held in the ledger takes room on the GPU nodes, not on the CPU node a CPU task needs: the
+    ledger's check charges what it holds pod by pod, as the decision that chose the cluster did. (Charged
+    as one sum to the nodes the CPU task may use, it said 'no room' where the decision had found some, and
+    the task was sent elsewhere: the demo's clickstream_rollup left the cluster holding its 2 TB.)"""
+    with SimFederation(MIXED) as federation:
+        spec = yaml.safe_load((federation.state_dir / "federation.yaml").read_text())
+        spec["policy"]["snapshot_ttl_seconds"] = 600
+        path = tmp_path / "federation.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        hook = FederationHook(
+            path, kubeconfig=federation.kubeconfig_path, state=FederationState(MemoryStateBackend())
+        )
+        hook.collect()
+        gpu = TaskRequest(
+            resources={"cpu": 4000, "memory": 16 * 2**30, "nvidia.com/gpu": 2},
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        )
+        cpu = TaskRequest(resources={"cpu": 2000, "memory": 8 * 2**30})
+        assert hook.place(gpu, "gpu-task").cluster == "mixed"
+        placed = hook.place(cpu, "cpu-task")
+        assert (placed.outcome, placed.cluster) == ("placed", "mixed"), placed.reason
+        assert set(ledgers.held(hook, "mixed")) == {"gpu-task", "cpu-task"}
+        # The CPU node's room is still guarded: a second CPU task of the same size does not fit beside it.
+        assert hook.place(cpu, "cpu-task-2").outcome == "wait"
+
+        # A held gang counts as its pods: two 2-GPU workers take both GPU nodes, and a 2-GPU task finds no
+        # room in the ledger (as one pod of their sum, it would fit no node and take nothing).
+        for placement_id in ("gpu-task", "cpu-task"):
+            hook.release("mixed", placement_id)
+        worker = GangRole(count=2, resources={"cpu": 4000, "memory": 16 * 2**30, "nvidia.com/gpu": 2})
+        gang = TaskRequest.for_gang([worker], tolerations=gpu.tolerations)
+        assert hook.place(gang, "gang").cluster == "mixed"
+        refused = hook.place(gpu, "gpu-task-2")
+        assert refused.outcome == "wait" and "its ledger is full" in refused.reason, refused.reason
+        assert set(ledgers.held(hook, "mixed")) == {"gang"}

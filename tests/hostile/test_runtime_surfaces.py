@@ -212,6 +212,41 @@ def test_bad_member_connection_names_cluster_and_connection(extras: dict[str, An
     assert "s3cr3t-token" not in outcome.message
 
 
+# (id, the connection's extra as text, culprit): the hook's lookup raises MalformedConnection naming it
+EXTRA_CASES: list[tuple[str, str, str]] = [
+    ("not JSON", "{not json", "extra is not valid JSON"),
+    ("a list", "[1, 2]", "extra must be a JSON object, got list"),
+    ("a string", '"kube_config"', "extra must be a JSON object, got str"),
+    ("nested too deeply", "[" * 100_000 + "]" * 100_000, "extra"),
+    ("huge integer", "1" * 5000, "extra is not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(("extra", "culprit"), [c[1:] for c in EXTRA_CASES], ids=[c[0] for c in EXTRA_CASES])
+def test_a_member_connection_extra_that_is_no_json_object_is_named(
+    extra: str, culprit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read as Airflow reads it (an ``AIRFLOW_CONN_*`` variable), before Airflow reads it as no extras."""
+    from airflow_provider_fedsched.hooks.federation import _access_from_connection
+    from airflow_provider_fedsched.kube.access import MalformedConnection
+
+    monkeypatch.setenv("AIRFLOW_CONN_K8S_EU_A", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    outcome, elapsed, peak = run_bounded(
+        lambda: raised(lambda: _access_from_connection("eu-a", "k8s_eu_a", None), MalformedConnection)
+    )
+    check(outcome, elapsed, peak, "raised", "MalformedConnection", culprit)
+    assert outcome.message.startswith("cluster 'eu-a' (connection 'k8s_eu_a'): ")
+
+
+def test_a_connection_extra_is_bounded_before_it_is_parsed() -> None:
+    """Beyond an environment variable's size (Linux: 128 KiB), as a secrets backend or a database holds."""
+    from airflow_provider_fedsched.validation.connection import MAX_EXTRA_BYTES, extra_problem
+
+    extra = '{"a": "' + "x" * MAX_EXTRA_BYTES + '"}'
+    outcome, elapsed, peak = run_bounded(lambda: Outcome("raised", None, str(extra_problem(extra))))
+    check(outcome, elapsed, peak, "raised", None, f"connection extra is {len(extra):,} characters; at most")
+
+
 @pytest.mark.parametrize(
     ("extras", "reason"),
     [

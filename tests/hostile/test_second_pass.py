@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import stat
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -272,6 +273,12 @@ BOOLEAN_SPEC_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("cooldown_seconds: false", {"policy": {"cooldown_seconds": False}}, "cooldown_seconds"),
     ("tenant weight: true", {"tenants": [{"name": "t", "weight": True}]}, "tenants[0].weight"),
     ("max_cost: true", {"tenants": [{"name": "t", "budget": {"max_cost": True}}]}, "budget.max_cost"),
+    ("quota cpu: true", {"tenants": [{"name": "t", "quota": {"cpu": True}}]}, "tenants[0].quota.cpu"),
+    (
+        "guaranteed pods: true",
+        {"tenants": [{"name": "t", "quota": {"pods": 4}, "guaranteed": {"pods": True}}]},
+        "tenants[0].guaranteed.pods",
+    ),
     (
         "max_egress_gb: true",
         {"tenants": [{"name": "t", "budget": {"max_egress_gb": True}}]},
@@ -348,6 +355,16 @@ def test_sim_up_refuses_a_state_dir_that_is_a_file(tmp_path: Path) -> None:
     assert path.read_text() == "mine\n"
 
 
+@pytest.mark.parametrize("name", ["sim.lock", "kubeconfig", "federation.yaml", "airflow.env", "sim.json"])
+def test_sim_up_refuses_a_state_dir_holding_a_named_pipe_where_it_writes(tmp_path: Path, name: str) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    os.mkfifo(state / name)
+    argv = ["sim", "up", "--state-dir", str(state)]
+    check(*run_bounded(lambda: cli_outcome(argv)), "exit", 2, f"{name}: not a regular file")
+    assert stat.S_ISFIFO((state / name).stat().st_mode)  # left as it was
+
+
 @pytest.mark.sim  # starts a simulator of its own
 def test_sim_up_refuses_a_state_dir_a_running_simulator_serves(tmp_path: Path) -> None:
     from airflow_provider_fedsched.sim import SimFederation
@@ -374,8 +391,8 @@ def test_commands_before_airflow_db_migrate_say_so_in_one_line(tmp_path: Path) -
     """A fresh Airflow home, never migrated: one line naming `airflow db migrate`, exit 2, no traceback."""
     spec = tmp_path / "fed.yaml"
     spec.write_text(yaml.safe_dump(TEAMS))
-    env = {
-        **os.environ,
+    env = {  # the user's shell: none of the test session's Airflow settings (its unit test mode logs)
+        **{key: value for key, value in os.environ.items() if not key.startswith(("AIRFLOW_", "_AIRFLOW_"))},
         "AIRFLOW_HOME": str(tmp_path),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow.db'}",
     }

@@ -75,7 +75,12 @@ def pod(phase: str, base: str) -> k8s.V1Pod:
 
 RUNNING = pod("Running", "running")
 STALE_PENDING = pod("Pending", "waiting")  # what a lagging API server or cache answers after Running
-SUCCEEDED = pod("Succeeded", "terminated")
+
+
+def succeeded() -> k8s.V1Pod:
+    """The pod Succeeded, its container just ended: built when a test reads it, since the provider reads
+    no logs of a container that ended over 2 minutes ago (a module-level pod aged with the test run)."""
+    return pod("Succeeded", "terminated")
 
 
 class ScriptedCluster:
@@ -158,7 +163,7 @@ def test_a_stream_that_ends_badly_then_a_stale_read_then_succeeded_is_a_success(
     # The stream breaks while the container runs; the provider looks at the pod (Running) and reads
     # again; whatever that read answers, the pod is then read afresh: first a stale Pending, then the
     # truth, Succeeded.
-    reads = [RUNNING, RUNNING, STALE_PENDING, SUCCEEDED]
+    reads = [RUNNING, RUNNING, STALE_PENDING, succeeded()]
     cluster = ScriptedCluster(ENDINGS[ending], reads)
     pods = manager(cluster)
     target = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="work-1", namespace="default"))
@@ -174,7 +179,7 @@ def test_a_stream_that_ends_badly_then_a_stale_read_then_succeeded_is_a_success(
 
 
 def test_a_clean_end_with_a_stale_read_after_it_waits_for_the_fresh_one() -> None:
-    cluster = ScriptedCluster([Stream([0, 1, 2, 3])], [RUNNING, STALE_PENDING, STALE_PENDING, SUCCEEDED])
+    cluster = ScriptedCluster([Stream([0, 1, 2, 3])], [RUNNING, STALE_PENDING, STALE_PENDING, succeeded()])
     pods = manager(cluster)
     target = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="work-1", namespace="default"))
 
@@ -228,7 +233,7 @@ def forbidden() -> ApiException:
 def test_a_refusal_after_the_pod_was_read_is_waited_out_like_silence() -> None:
     """Found on the test bed: an API server that restarts answers 403 to the provider's read of its own
     pod until its authorizer's caches fill; the try failed on it although the pod ran on."""
-    pods = manager(ScriptedCluster([], [RUNNING, forbidden(), forbidden(), SUCCEEDED]))
+    pods = manager(ScriptedCluster([], [RUNNING, forbidden(), forbidden(), succeeded()]))
     target = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="work-1", namespace="default"))
 
     assert pods.read_pod(target).status.phase == "Running"

@@ -668,6 +668,78 @@ def short_gone_timeout(monkeypatch: pytest.MonkeyPatch) -> float:
     return seconds
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_preemptible_task_that_moved_takes_its_first_copy_s_success_and_stops_the_second(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
+) -> None:
+    """Soak finding (CeleryExecutor, ``sync_resumable[5]``): during a short outage of its cluster a
+    preemptible task moved; its first pod ran to Succeeded there, and the second copy then ran the work
+    to the end too. While the second copy runs, the fenced first pod is read; once its cluster answers
+    and it shows Succeeded, the second copy is stopped and the first one's result taken."""
+    dag_id = f"fed_moved_then_first_succeeded_{mode}"
+    east, west = sim_federation["east-cpu"], sim_federation["west-general"]
+    seconds_copy: list[dict[str, Any]] = []
+
+    def long_running(pod: dict[str, Any]) -> None:
+        pod["metadata"]["annotations"]["sim.fedsched.io/duration"] = "400"  # 40 s at the tests' time scale
+
+    def incident() -> None:
+        wait_for(lambda: pod_of(sim_federation, dag_id, "east-cpu", "Running"), timeout=120, interval=0.05)
+        east.faults.down()
+        second = wait_for(lambda: pod_of(sim_federation, dag_id, "west-general", "Pending"), timeout=120)
+        meta = second["metadata"]
+        west.call(west.store.mutate, "pods", meta["namespace"], meta["name"], long_running)
+        seconds_copy.append(second)
+        west.scheduler.resume()
+        wait_for(lambda: pod_of(sim_federation, dag_id, "west-general", "Running"), timeout=120)
+        wait_for(lambda: pod_of(sim_federation, dag_id, "east-cpu", "Succeeded"), timeout=120)
+        east.faults.up()  # the first copy's cluster answers again while the second runs
+
+    west.scheduler.pause()  # the second copy waits for west's scheduler until the test lets it run
+    thread = threading.Thread(target=incident, daemon=True)
+    thread.start()
+    try:
+        state, record, _ = run(dag_id)
+        thread.join(timeout=120)
+    finally:
+        west.scheduler.resume()
+        east.faults.up()
+    assert state == "success" and record is not None
+    assert path(record) == [
+        ("east-cpu", "unreachable"),
+        ("west-general", "cancelled"),
+        ("east-cpu", "succeeded"),
+    ], record
+    assert record["attempts"][-1]["adopted"] is True
+    assert creates() == 2
+    (second,) = seconds_copy
+    (ran,) = [r for r in west.journal() if r["name"] == second["metadata"]["name"]]
+    assert ran["outcome"] != "succeeded", ran  # stopped before it finished the work a second time
+    assert pods_of(sim_federation, dag_id) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failed_pod_whose_delete_was_refused_does_not_outlive_its_try(
+    sim_federation: SimFederation, federation: Path, mode: str
+) -> None:
+    """Soak finding (CeleryExecutor, ``sync_plain[26]``): a pod that ended Failed was still in its
+    cluster's API after the run. A delete refused with an answer (a 403 from an API server whose
+    authorizer's caches are not filled yet, or a permission revoked for a while) was swallowed by the
+    cleanup, and the try, failed by the task's own exit code, ended without its pod gone or written down.
+    The try now makes sure its pod is gone (or written down, deleted when the cluster allows it)."""
+    dag_id = "fed_task_failure" if mode == "sync" else "fed_task_failure_deferrable"
+    for handle in sim_federation.handles.values():
+        handle.faults.fail(status=403, times=2, route="/api/v1/namespaces/[^/]+/pods/", method="DELETE")
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        for handle in sim_federation.handles.values():
+            handle.faults.clear()
+    assert state == "failed" and record is not None
+    assert [outcome for _, outcome in path(record)] == ["failed"], record
+    assert pods_of(sim_federation, dag_id) == []
+
+
 @pytest.mark.timeout(600)
 def test_a_pod_on_a_node_that_stopped_answering_is_never_run_a_second_time(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], short_gone_timeout: float

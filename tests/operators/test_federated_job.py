@@ -4,7 +4,10 @@ the simulated federation's Job controller. A gang runs whole in one cluster or m
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -400,3 +403,277 @@ def test_a_deferred_job_try_ended_by_a_user_has_its_job_swept_by_the_next_snapsh
     assert left_behind(sim_federation, dag_id) == []
     for cluster in sim_federation.handles:
         assert hook.state.deferred.of(cluster) == [] and hook.orphans(cluster, kind="job") == []
+
+
+# The soak's Job findings (docs/reliability.md) ------------------------------------------------------------
+def _run_with_retry(dag_id: str) -> tuple[str, dict[str, Any]]:
+    dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
+    state = airflow_harness.task_states(dag_run)["work"]
+    raw = xcom(dag_run, "fedsched_placement")
+    return state, json.loads(raw) if isinstance(raw, str) else raw
+
+
+def _the_job(fed: SimFederation, cluster: str, dag_id: str) -> dict[str, Any] | None:
+    return next(
+        (j for j in fed[cluster].jobs() if (j["metadata"].get("labels") or {}).get("dag_id") == dag_id), None
+    )
+
+
+def _gang_done(fed: SimFederation, cluster: str, dag_id: str) -> dict[str, Any] | None:
+    """The Job of ``dag_id`` once its gang's work is done (by its status or its pods'), else None; None
+    too while the cluster does not answer (the test bed's API server stopped)."""
+    from airflow_provider_fedsched.kube.jobs import JOB_NAME_LABEL, GangView
+
+    try:
+        job = _the_job(fed, cluster, dag_id)
+        if job is None:
+            return None
+        name = job["metadata"]["name"]
+        pods = [
+            p for p in fed[cluster].pods() if (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == name
+        ]
+    except Exception:
+        return None
+    return job if GangView(job, pods).complete else None
+
+
+def test_a_retry_takes_the_success_of_a_lost_try_s_job_that_completed_and_was_swept(
+    sim_federation: SimFederation,
+    federation: Path,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    """The test-bed soak's ``gang_job[1]``: try 1 is lost to an outage past the grace (its Job written
+    down); the Job completes while its cluster is silent; once the cluster answers, a sweep deletes the
+    finished Job; the retry scored afresh and ran the gang a second time. The sweep writes the Job's
+    success down before deleting it, and the retry takes it: one Job, ever; nothing left."""
+    dag_id = "gang_retry_after_sweep"
+    outage = Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=10)
+    swept: list[dict[str, Any]] = []
+    swept_at: list[datetime] = []
+
+    def sweep_once_east_answers() -> None:
+        # The Job completes while east-cpu is silent (on the test bed: once its API server is back, when
+        # kwok and the Job controller can say so); a snapshot that reaches east-cpu then sweeps it.
+        wait_for(lambda: outage.down_at is not None, timeout=240)
+        swept.append(wait_for(lambda: _gang_done(sim_federation, "east-cpu", dag_id), timeout=180))
+
+        def answered_and_swept() -> bool:
+            hook = FederationHook()
+            return hook.collect(["east-cpu"])["east-cpu"].reachable and not hook.orphans("east-cpu", "job")
+
+        wait_for(answered_and_swept, timeout=120, interval=0.5)
+        swept_at.append(datetime.now(UTC))
+
+    background(sweep_once_east_answers)
+    with outage:
+        state, record = _run_with_retry(dag_id)
+
+    assert swept_at and _the_job(sim_federation, "east-cpu", dag_id) is None
+    assert state == "success" and record is not None
+    assert record["try_number"] == 2
+    assert swept_at[0] < datetime.fromisoformat(record["started_at"])  # swept before try 2 looked
+    assert job_creates() == 1, record  # the gang ran once
+    ((cluster, outcome),) = path(record)
+    assert (cluster, outcome) == ("east-cpu", "succeeded")
+    assert record["attempts"][0]["pod"] == swept[0]["metadata"]["name"]
+    assert "its work is not run again" in record["reason"]
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_retry_takes_the_success_of_a_lost_try_s_finished_job_that_is_being_deleted(
+    sim_federation: SimFederation,
+    federation: Path,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    """As above, but the finished Job is being deleted (a finalizer holds it) when the retry looks: it
+    cannot be watched, but its gang is done: the retry takes its success and starts nothing."""
+    from airflow_provider_fedsched.sim.apiserver import registry
+
+    dag_id = "gang_retry_finds_it_being_deleted"
+    east = sim_federation["east-cpu"]
+    outage = Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=10)
+    held: list[dict[str, Any]] = []
+
+    def hold(job: dict[str, Any]) -> None:
+        job["metadata"]["finalizers"] = ["example.com/hold"]
+
+    def release(job: dict[str, Any]) -> None:
+        job["metadata"]["finalizers"] = []
+
+    def delete_it_once_complete() -> None:
+        wait_for(lambda: outage.down_at is not None, timeout=240)
+        job = wait_for(lambda: _gang_done(sim_federation, "east-cpu", dag_id), timeout=180)
+        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        east.call(east.store.mutate, "jobs", namespace, name, hold)
+        east.call(registry.delete, east.store, "jobs", namespace, name, {"propagationPolicy": "Background"})
+        held.append(job)
+
+    background(delete_it_once_complete)
+    try:
+        with outage:
+            state, record = _run_with_retry(dag_id)
+    finally:
+        for job in held:
+            east.call(
+                east.store.mutate, "jobs", job["metadata"]["namespace"], job["metadata"]["name"], release
+            )
+
+    assert held, "the Job never completed"
+    assert state == "success" and record is not None
+    assert record["try_number"] == 2
+    assert job_creates() == 1, record  # the gang ran once
+    assert [(a["pod"], a["adopted"]) for a in record["attempts"]] == [(held[0]["metadata"]["name"], True)]
+    assert "its work is not run again" in record["reason"]
+    sweep_orphans()
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def _running_gang(fed: SimFederation, dag_id: str) -> tuple[str, dict[str, Any]] | None:
+    """The cluster and Job of ``dag_id`` once all three of its pods run."""
+    for cluster, handle in fed.handles.items():
+        members = [
+            p
+            for p in handle.pods()
+            if (p["metadata"].get("labels") or {}).get("dag_id") == dag_id
+            and p["status"].get("phase") == "Running"
+        ]
+        job = _the_job(fed, cluster, dag_id)
+        if len(members) == 3 and job is not None:
+            return cluster, job
+    return None
+
+
+def test_a_gang_task_ended_while_its_job_runs_starts_nothing_else(
+    sim_federation: SimFederation,
+    federation: Path,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    """The simulator soak's ``gang_job[1]``: the task was marked failed while its Job ran; ``on_kill``
+    deleted the Job, the attempt loop took the Job's disappearance for a lost Job and launched the gang
+    again in another member, which ran to the end after the task process was killed. The operator's own
+    cancellation is never a lost Job: after ``on_kill`` nothing is judged or launched."""
+    dag_id = "gang_killed_while_running"
+    previous = signal.getsignal(signal.SIGTERM)
+    ended: list[str] = []
+
+    def end_the_task_once_its_gang_runs() -> None:
+        cluster, job = wait_for(lambda: _running_gang(sim_federation, dag_id), timeout=240)
+        # The operator watches the gang (its reads of the Job go on: it is past creating and recording it).
+        handle, reads = sim_federation[cluster], f"{JOB_CREATES}/{job['metadata']['name']}"
+        seen = handle.request_count("GET", reads)
+        wait_for(lambda: handle.request_count("GET", reads) >= seen + 3, timeout=60)
+        # What the supervisor does when a user marks the task failed: SIGTERM, whose handler (the task
+        # runner's, installed while the task runs in this process under dag.test) calls on_kill.
+        wait_for(lambda: getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_term", timeout=30)
+        ended.append(cluster)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    background(end_the_task_once_its_gang_runs)
+    try:
+        state, record = run(dag_id)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    assert ended, "the gang never ran"
+    assert state == "failed" and record is not None
+    assert job_creates() == 1, record  # never started again elsewhere
+    assert path(record) == [(ended[0], "cancelled")], record
+    assert record["attempts"][0]["reason"] == "the task was ended while its job ran: job deleted"
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_job_deleted_by_someone_while_its_gang_runs_is_not_started_again(
+    sim_federation: SimFederation,
+    federation: Path,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    """A Job that disappears while its gang runs (deleted by someone, its pods with it) may have run its
+    gang's work: a gang that is not preemptible is not started again elsewhere (as a pod task whose pod
+    disappeared); the try fails. Only a preemptible gang moves."""
+    dag_id = "gang_deleted_by_someone"
+    deleted: list[str] = []
+
+    def delete_the_job_and_its_pods() -> None:
+        cluster, job = wait_for(lambda: _running_gang(sim_federation, dag_id), timeout=240)
+        handle = sim_federation[cluster]
+        namespace = job["metadata"]["namespace"]
+
+        def remove_all() -> None:  # at once, in the simulator's thread: no read sees half of it
+            handle.store.remove("jobs", namespace, job["metadata"]["name"])
+            for pod in handle.store.list("pods", namespace):
+                if (pod["metadata"].get("labels") or {}).get("dag_id") == dag_id:
+                    handle.store.remove("pods", namespace, pod["metadata"]["name"])
+
+        handle.call(remove_all)
+        deleted.append(cluster)
+
+    background(delete_the_job_and_its_pods)
+    state, record = run(dag_id)
+
+    assert deleted, "the gang never ran"
+    assert state == "failed" and record is not None
+    assert job_creates() == 1, record  # not started again elsewhere
+    assert path(record) == [(deleted[0], "lost")], record
+    assert "disappeared before it ended" in record["reason"]
+    assert "so the gang is not started elsewhere" in record["reason"]
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_its_complete_job(
+    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int]
+) -> None:
+    """The pods' ``sync_resumable[21]``, for a gang: a preemptible try's worker is SIGKILLed while its
+    Job runs in east-cpu; the Job completes unwatched; east-cpu goes silent. Nobody watched that Job since
+    its try died: the retry waits for east-cpu within ``unreachable_grace``, preemptible or not, and
+    adopts the complete Job instead of running the gang on another member. One Job, ever; none left."""
+    import subprocess
+    import sys
+
+    dag_id = "gang_killed_preemptible"
+    airflow_harness.load_dag(DAG_FILE, dag_id)
+    airflow_harness.serialize_dags()
+    now = datetime.now(UTC)
+    run_id = f"manual__killed-gang-{now.timestamp():.0f}"
+    airflow_harness.create_dag_run(dag_id, run_id, now)
+    command = [str(Path(sys.executable).with_name("airflow")), "tasks", "test", dag_id, "work", run_id]
+    east = sim_federation["east-cpu"]
+
+    first_log = federation.parent / "first-worker.log"
+    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: _running_gang(sim_federation, dag_id), timeout=240, message=str(first_log))
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    first = wait_for(lambda: _gang_done(sim_federation, "east-cpu", dag_id), timeout=120)
+    east.faults.down()
+    pod_tests.bump_try_number(dag_id, run_id)
+    retry_log = federation.parent / "retry.log"
+    retry = subprocess.Popen(command, stdout=retry_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        # East-cpu answers again once the retry waits for it, or once it started the gang elsewhere.
+        wait_for(
+            lambda: "may have run to the end in east-cpu" in retry_log.read_text() or job_creates() > 1,
+            timeout=240,
+            message=str(retry_log),
+        )
+        east.faults.up()
+        assert retry.wait(timeout=300) == 0, retry_log.read_text()[-3000:]
+    finally:
+        east.faults.up()
+        if retry.poll() is None:
+            retry.kill()
+            retry.wait(timeout=30)
+
+    assert job_creates() == 1, retry_log.read_text()[-3000:]
+    record = pod_tests.placement_of_run(dag_id, run_id)
+    assert record["outcome"] == "succeeded", record
+    assert [(a["cluster"], a["pod"], a["adopted"]) for a in record["attempts"]] == [
+        ("east-cpu", first["metadata"]["name"], True)
+    ], record
+    assert left_behind(sim_federation, dag_id) == []
+    assert FederationHook().orphans("east-cpu", kind="job") == []

@@ -478,10 +478,9 @@ def test_a_retry_that_found_a_dead_try_s_cluster_silent_adopts_its_result_once_i
     sim_federation: SimFederation, federation: Path
 ) -> None:
     """The full soak's ``sync_resumable[26]``: a preemptible try's worker is killed while its pod runs;
-    the pod Succeeds; its cluster goes silent before the retry looks for it. The retry may not wait for a
-    preemptible task's earlier cluster, but it must not start the work again there (or leave the finished
-    pod behind) once the cluster answers: the cluster is searched again before the launch and the earlier
-    pod, fenced meanwhile, is adopted or its recorded success taken. One pod, ever; none left."""
+    the pod Succeeds; its cluster goes silent before the retry looks for it. The retry must not start the
+    work again there (or leave the finished pod behind) once the cluster answers: it waits for that
+    cluster (the dead try's pod may have run to the end) and adopts the pod. One pod, ever; none left."""
     dag_id = "fed_killed_preemptible"
     run_id, command = task_test_run(dag_id, "killed-preemptible")
     east = sim_federation["east-cpu"]
@@ -510,11 +509,11 @@ def test_a_retry_that_found_a_dead_try_s_cluster_silent_adopts_its_result_once_i
     retry = subprocess.Popen(command, stdout=retry_log.open("w"), stderr=subprocess.STDOUT)
     try:
         wait_for(
-            lambda: "Could not look for earlier pods in east-cpu" in retry_log.read_text(),
+            lambda: "may have run to the end in east-cpu" in retry_log.read_text(),
             timeout=240,
             message=str(retry_log),
         )
-        east.faults.up()  # east-cpu answers while the retry waits for a cluster (its only one)
+        east.faults.up()  # east-cpu answers while the retry waits for it
         assert retry.wait(timeout=300) == 0, retry_log.read_text()[-3000:]
     finally:
         east.faults.up()
@@ -529,6 +528,121 @@ def test_a_retry_that_found_a_dead_try_s_cluster_silent_adopts_its_result_once_i
     assert record["unsearched"] == []
     assert pods_of(sim_federation, dag_id) == []
     assert FederationHook().orphans("east-cpu") == []
+
+
+def test_a_preemptible_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_its_finished_pod(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """The full soak's ``sync_resumable[21]``: a preemptible try's supervisor is SIGKILLed while its pod
+    runs on east-a; the pod Succeeds unwatched; east-a goes silent; the retry finds it silent and, with
+    room on west, ran the work again there. A dead try's pod may have run to the end (nobody was watching
+    it): the retry waits for its cluster within ``unreachable_grace``, preemptible or not, and adopts
+    the finished pod. One pod, ever; none left."""
+    dag_id = "fed_killed_preemptible_elsewhere"
+    run_id, command = task_test_run(dag_id, "killed-elsewhere")
+    east = sim_federation["east-cpu"]
+    creates_before = pod_creates(sim_federation)
+    first_try = try_number_of(dag_id, run_id)
+
+    def the_pod(phase: str) -> dict[str, Any] | None:
+        for pod in east.pods():
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
+                return pod
+        return None
+
+    first_log = federation.parent / "first-worker.log"
+    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: the_pod("Running"), timeout=240, message=str(first_log))
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    first = wait_for(lambda: the_pod("Succeeded"), timeout=120)
+    east.faults.down()
+    bump_try_number(dag_id, run_id)
+    retry_log = federation.parent / "retry.log"
+    retry = subprocess.Popen(command, stdout=retry_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        # East-cpu answers again once the retry waits for it, or (as before the fix) once it started the
+        # work on west-general instead.
+        wait_for(
+            lambda: (
+                "may have run to the end in east-cpu" in retry_log.read_text()
+                or pod_creates(sim_federation) - creates_before > 1
+            ),
+            timeout=240,
+            message=str(retry_log),
+        )
+        east.faults.up()
+        assert retry.wait(timeout=300) == 0, retry_log.read_text()[-3000:]
+    finally:
+        east.faults.up()
+        if retry.poll() is None:
+            retry.kill()
+            retry.wait(timeout=30)
+
+    assert pod_creates(sim_federation) - creates_before == 1, retry_log.read_text()[-3000:]
+    record = placement_of_run(dag_id, run_id)
+    assert record["outcome"] == "succeeded" and record["try_number"] == first_try + 1, record
+    assert [(a["cluster"], a["pod"], a["adopted"]) for a in record["attempts"]] == [
+        ("east-cpu", first["metadata"]["name"], True)
+    ], record
+    assert pods_of(sim_federation, dag_id) == []
+    assert FederationHook().orphans("east-cpu") == []
+
+
+def test_a_retry_takes_the_success_of_a_dead_try_s_pod_that_is_being_deleted(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """A try dies while its pod runs; the pod Succeeds and its deletion has begun (a finalizer holds it,
+    as a deletion waits for a node that stopped answering) when the retry looks. The pod cannot be
+    watched, but its work is done: the retry takes its success and starts nothing (it failed, its pod
+    not confirmed stopped within a minute)."""
+    dag_id = "fed_killed_plain"
+    run_id, command = task_test_run(dag_id, "killed-deleting")
+    east = sim_federation["east-cpu"]
+    creates_before = pod_creates(sim_federation)
+
+    def the_pod(phase: str) -> dict[str, Any] | None:
+        for pod in east.pods():
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
+                return pod
+        return None
+
+    first_log = federation.parent / "first-worker.log"
+    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: the_pod("Running"), timeout=240, message=str(first_log))
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    first = wait_for(lambda: the_pod("Succeeded"), timeout=120)
+    namespace, name = first["metadata"]["namespace"], first["metadata"]["name"]
+
+    def hold(pod: dict[str, Any]) -> None:
+        pod["metadata"]["finalizers"] = ["example.com/hold"]
+
+    def release(pod: dict[str, Any]) -> None:
+        pod["metadata"]["finalizers"] = []
+
+    east.call(east.store.mutate, "pods", namespace, name, hold)
+    east.delete_pod(namespace, name, grace=0)
+    assert (east.pod(namespace, name) or {}).get("metadata", {}).get("deletionTimestamp")
+    bump_try_number(dag_id, run_id)
+    try:
+        retried = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    finally:
+        east.call(east.store.mutate, "pods", namespace, name, release)
+
+    assert retried.returncode == 0, retried.stdout[-3000:]
+    assert pod_creates(sim_federation) - creates_before == 1, retried.stdout[-3000:]
+    record = placement_of_run(dag_id, run_id)
+    assert record["outcome"] == "succeeded", record
+    assert "its work is not run again" in record["reason"], record
+    assert [(a["pod"], a["adopted"]) for a in record["attempts"]] == [(name, True)], record
+    assert pods_of(sim_federation, dag_id) == []
 
 
 def task_test_run(dag_id: str, prefix: str) -> tuple[str, list[str]]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_fedsched.sim import SimFederation, wait_for
-from soak.audit import Expectation, Silence, TaskKey, audit
+from soak.audit import JOB_UID, Expectation, Silence, TaskKey, audit, gangs
 from soak.clusters import Clusters
 from soak.run import key_of
 
@@ -73,6 +73,7 @@ def run_audit(
     marked: list[TaskKey] = (),  # type: ignore[assignment]
     logs: Mapping[TaskKey, str] | None = None,
     silences: list[Silence] = (),  # type: ignore[assignment]
+    grace: float | None = None,
 ) -> Any:
     return audit(
         journals,
@@ -84,6 +85,7 @@ def run_audit(
         marked_failed=marked,
         logs=(lambda key: (logs or {}).get(key, "")),
         silences=silences,
+        grace=grace,
     )
 
 
@@ -105,9 +107,10 @@ def test_a_clean_run_counts_every_success() -> None:
     )
     assert result.clean
     assert result.summary("local", 3, 4.25) == (
-        "soak: executor=local tasks=2 succeeded=2 failed=0 lost=0 duplicates=0 leaked=0 "
-        "sovereignty_violations=0 faults=3 minutes=4.2"
+        "soak: executor=local ground=sim tasks=2 succeeded=2 failed=0 lost=0 duplicates=0 leaked=0 "
+        "sovereignty_violations=0 failed_by_fault=0 faults=3 minutes=4.2"
     )
+    assert "ground=testbed " in result.summary("local", 3, 4.25, "testbed")
 
 
 def test_two_pods_that_both_succeeded_are_a_duplicate_even_when_preemptible() -> None:
@@ -138,6 +141,12 @@ def test_two_pods_that_both_succeeded_are_a_duplicate_even_when_preemptible() ->
         (Silence("east", None, 24, 60), {"OpenAPI-Generator": 24.0}, 0),  # sent as the silence began
         (Silence("east", None, 15, 20), {}, 1),  # the second pod came after east answered again
         (Silence("east", "east-n2", 15, 60), {}, 1),  # another node's silence hid nothing of this pod
+        (Silence("east", None, 9.5, 60), {}, 0),  # created before east went silent, started during it
+        # east answered again at 40 s and a client read the first pod's end at 41 s, while the second
+        # still ran: its result was known, and the second copy still finished the work (the soak's
+        # sync_resumable[5])
+        (Silence("east", None, 15, 40), {"OpenAPI-Generator": 41.0}, 1),
+        (Silence("east", None, 15, 40), {"OpenAPI-Generator": 51.0}, 0),  # read after the second ended
     ],
 )
 def test_a_preemptible_move_away_from_a_silent_cluster_is_listed_not_counted(
@@ -155,6 +164,23 @@ def test_a_preemptible_move_away_from_a_silent_cluster_is_listed_not_counted(
     assert result.duplicates == duplicates and result.clean == (duplicates == 0)
     kinds = [f.kind for f in result.findings if f.kind in ("moved", "duplicate")]
     assert kinds == (["moved"] if duplicates == 0 else ["duplicate"])
+
+
+def test_a_moved_copy_stopped_once_the_first_copy_s_result_was_read_is_no_duplicate() -> None:
+    """The first pod ended unseen during east's silence; the second, created then, started after that
+    end; east answered at 40 s, the first pod's end was read at 41 s and the second was stopped at 45 s
+    (deleted, never Succeeded): the work ran to the end once."""
+    result = run_audit(
+        [
+            journal("east", pod("t.0", 10, 22, "succeeded", end_seen={"OpenAPI-Generator": 41.0})),
+            journal("west", pod("t.0", 30, 45, "deleted", "west")),
+        ],
+        [ti("t", 0, "success")],
+        [Expectation("t", 0, preemptible=True)],
+        silences=[Silence("east", None, 15, 40)],
+    )
+    assert result.duplicates == 0 and result.clean
+    assert [f.kind for f in result.findings if f.kind in ("moved", "duplicate")] == []
 
 
 def test_a_silence_is_no_excuse_for_a_task_that_is_not_preemptible() -> None:
@@ -294,6 +320,54 @@ def test_a_pod_running_long_after_its_task_ended_is_reported_but_does_not_fail_t
     (outlived,) = [f for f in result.findings if f.kind == "outlived"]
     assert outlived.task == ("m", 0) and "ran 400s past the task's end (failed)" in outlived.text
     assert result.clean
+
+
+def test_an_unexplained_failure_is_failed_by_fault_unless_a_silence_past_the_grace_hid_its_pod() -> None:
+    result = run_audit(
+        [
+            journal("east", pod("short.0", 10, 20, "failed", exit_code=1)),
+            journal("west", pod("short.0", 30, 40, "failed", "west", exit_code=1)),
+            journal("north", pod("long.0", 10, 20, "failed", "north", exit_code=1)),
+        ],
+        [ti("short", 0, "failed"), ti("long", 0, "failed")],
+        [Expectation("short", 0), Expectation("long", 0)],
+        silences=[Silence("west", None, 35, 50), Silence("north", "north-n1", 15, 100)],
+        grace=30,
+    )
+    # "long" had a pod on a node silent for 85 s (past the 30 s grace); "short"'s silences were within it.
+    assert (result.unexplained, result.failed_by_fault) == (2, 1)
+    assert "failed_by_fault=1 " in result.summary("local", 2, 1.0)
+
+
+def gang_pod(key: str, job: str, index: int, start: float, end: float, outcome: str) -> dict[str, Any]:
+    found = pod(key, start, end, outcome, name=f"{job}-{index}")
+    found["uid"] = f"{job}-{index}"
+    found["node"] = f"east-n{index}"
+    found["labels"] = {LABEL: key, JOB_UID: f"uid-{job}", "batch.kubernetes.io/job-name": job}
+    return found
+
+
+def test_a_gang_jobs_pods_are_one_copy_of_the_work_and_two_gangs_that_succeeded_are_a_duplicate() -> None:
+    one = [gang_pod("g.0", "g-a", i, 10 + i, 40 + i, "succeeded") for i in range(3)]
+    (entry,) = gangs(one)
+    assert (entry["started_at"], entry["ended_at"], entry["outcome"]) == (10, 42, "succeeded")
+    assert entry["node"] == "east-n0,east-n1,east-n2" and entry["name"] == "g-a (Job, 3 pods)"
+    result = run_audit([journal("east", *one)], [ti("g", 0, "success")], [Expectation("g", 0)])
+    assert (result.succeeded, result.duplicates, result.pods) == (1, 0, 1)
+    # A gang with one pod that failed is a failed copy; a second gang after it is a retry, no duplicate.
+    failed = [gang_pod("g.1", "g-b", 0, 10, 20, "succeeded"), gang_pod("g.1", "g-b", 1, 10, 15, "failed")]
+    again = [gang_pod("g.1", "g-c", i, 50, 60, "succeeded") for i in range(2)]
+    twice = [gang_pod("g.2", "g-d", i, 10, 20, "succeeded") for i in range(2)] + [
+        gang_pod("g.2", "g-e", i, 30, 40, "succeeded") for i in range(2)
+    ]
+    result = run_audit(
+        [journal("east", *failed, *again, *twice)],
+        [ti("g", 1, "success"), ti("g", 2, "success")],
+        [Expectation("g", 1), Expectation("g", 2)],
+    )
+    (duplicate,) = [f for f in result.findings if f.kind == "duplicate"]
+    assert duplicate.task == ("g", 2) and "g-d (Job, 2 pods)" in duplicate.text
+    assert result.duplicates == 1
 
 
 @pytest.mark.sim

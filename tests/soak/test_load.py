@@ -22,14 +22,15 @@ def test_the_full_load_is_at_least_200_mixed_tasks_far_above_capacity() -> None:
     assert 0.3 * len(plan.tasks) < len(sovereign) < 0.8 * len(plan.tasks)
     slots = sum(c["nodes"] * parse_quantity(c["cpu"]) // 1000 for c in CLUSTERS)
     assert len(CLUSTERS) == 5 and slots * 5 < len(plan.tasks)
-    assert Counter(t.expect for t in plan.tasks) == {"succeed": 192, "exit": 4, "wait-timeout": 4}
+    assert Counter(t.expect for t in plan.tasks) == {"succeed": 202, "exit": 4, "wait-timeout": 4}
+    assert sum(g["count"] for g in plan.groups if g["gang"]) >= 10
 
 
 def test_the_manifest_is_reproducible_and_round_trips() -> None:
     first, second = manifest(PROFILES["ci"]), manifest(PROFILES["ci"])
     assert first.to_json() == second.to_json()
     assert Manifest.from_json(first.to_json()).tasks == first.tasks
-    assert len(first.tasks) == 40
+    assert len(first.tasks) == 42 and [(g["count"], g["gang"]) for g in first.groups if g["gang"]] == [(2, 3)]
 
 
 def test_the_simulated_federation_is_valid_and_every_dataset_region_has_a_cluster() -> None:
@@ -54,6 +55,31 @@ def test_the_full_schedule_has_every_fault_the_soak_promises(executor: str) -> N
 
 
 def test_the_ci_schedule_has_four_faults() -> None:
-    faults = schedule(PROFILES["ci"], "local")
+    faults = schedule(PROFILES["ci"], "local", "sim")
     assert [f.kind for f in faults] == ["down", "kill-supervisor", "restart-triggerer", "mark-failed"]
     assert faults[0].args["seconds"] > PROFILES["ci"].unreachable_grace
+
+
+def test_the_ci_schedule_on_the_test_bed_stops_an_api_server_under_a_non_deferrable_pod() -> None:
+    faults = schedule(PROFILES["ci"], "local", "testbed")
+    assert [f.kind for f in faults] == [
+        *("stop-apiserver", "kill-supervisor", "mark-failed", "restart-triggerer", "node-not-ready"),
+        *("kill-etcd", "restart-database"),
+    ]
+    assert faults[0].args == {"seconds": 18, "deferrable": False}
+
+
+@pytest.mark.parametrize("executor", ["local", "celery"])
+def test_the_full_schedule_on_the_test_bed_has_every_kind_of_the_issue(executor: str) -> None:
+    faults = schedule(PROFILES["full"], executor, "testbed")
+    kinds = Counter(f.kind for f in faults)
+    for kind in (
+        *("kill-etcd", "stop-scheduler", "node-not-ready", "delete-node", "quota-fill", "revoke-rbac"),
+        *("kill-supervisor", "restart-triggerer", "restart-database"),
+    ):
+        assert kinds[kind] >= 1, kind
+    grace = PROFILES["full"].unreachable_grace
+    stops = sorted(f.args["seconds"] for f in faults if f.kind == "stop-apiserver")
+    assert stops[0] < grace < stops[-1]
+    assert [f.args["seconds"] for f in faults if f.kind == "stop-scheduler"] == [120]
+    assert (kinds["kill-worker"] == 1) == (executor == "celery")

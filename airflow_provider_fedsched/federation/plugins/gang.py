@@ -39,6 +39,7 @@ from airflow_provider_fedsched.federation.plugins.nodefit import (
 from airflow_provider_fedsched.federation.resources import CPU, GPU, MEMORY, ResourceList, format_quantity
 
 if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.columns import Batch
     from airflow_provider_fedsched.federation.request import GangRole
     from airflow_provider_fedsched.federation.snapshot import ClusterIndex
 
@@ -216,6 +217,11 @@ class _GangPoint(FilterPlugin):
         common = set.intersection(*(set(items) for items in asked))
         smallest = tuple(sorted((name, min(items[name] for items in asked)) for name in common))
         _DATA.put(state, _GangData(roles, constraints, smallest))
+
+    def filter_all(self, state: CycleState, batch: Batch) -> list[tuple[int, Status]] | None:
+        """Over the columnar index: a pod task passes both gang points everywhere; a gang is judged
+        cluster by cluster (None)."""
+        return None if state.request.gang else []
 
 
 class GangCapacity(_GangPoint):

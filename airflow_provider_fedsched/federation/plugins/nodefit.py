@@ -12,7 +12,7 @@ has the whole request free; the reason counts nodes the way the kube-scheduler d
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -30,6 +30,7 @@ from airflow_provider_fedsched.federation.request import Toleration, tolerates_a
 from airflow_provider_fedsched.federation.resources import ResourceList, format_quantity
 
 if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.columns import Batch, Bools, Ints
     from airflow_provider_fedsched.federation.snapshot import ClusterIndex, IndexedNode
     from airflow_provider_fedsched.federation.spec import Taint
 
@@ -55,6 +56,8 @@ class _NodeFitData:
     """Cluster -> what the one walk of its index found, for the point that asks second."""
     selected: tuple[tuple[str, str], ...] = field(init=False, default=())
     """The node selector as sorted pairs: the key of the index's per-selector node lists."""
+    columns: _ColumnarFit | None = None
+    """Over the columnar index (:meth:`columnar`): which clusters have a node with room, and could ever."""
 
     def __post_init__(self) -> None:
         self.selected = tuple(sorted(self.selector.items())) if self.selector else ()
@@ -73,6 +76,45 @@ class _NodeFitData:
         if found is None:
             found = self.walks[name] = _walk(self, cluster, index)
         return found
+
+    def columnar(self, batch: Batch) -> _ColumnarFit:
+        """The walk's answers for every cluster at once, from the columns (made by whichever point asks
+        first; in-flight reservations not counted: a cluster with some is walked)."""
+        if self.columns is None:
+            columns = batch.columns
+            tolerated = [n for n, taints in enumerate(columns.taint_sets) if self.tolerated(taints)]
+            admitted = columns.taint_mask(tolerated)
+            if self.selected:
+                matching = columns.matching(self.selected)
+                admitted = matching if admitted is None else admitted & matching
+            self.columns = _ColumnarFit(
+                tolerated, admitted, _clusters_fitting(self.items, batch, tolerated, admitted)
+            )
+        return self.columns
+
+
+@dataclass(slots=True)
+class _ColumnarFit:
+    tolerated: list[int]
+    """The federation's node taint sets (their numbers in the columns) the request tolerates."""
+    admitted: Bools | None
+    """The nodes of those taint sets that match the node selector (None: every node)."""
+    now: Bools
+    """Per cluster: a schedulable admitted node has the request free (reservations not counted)."""
+    ever: Bools | None = None
+    """Per cluster: an admitted node could hold the request empty (computed when asked)."""
+
+
+def _clusters_fitting(
+    items: tuple[tuple[str, int], ...], batch: Batch, tolerated: list[int], admitted: Bools | None
+) -> Bools:
+    """Per cluster, whether a schedulable admitted node has ``items`` free: the clusters the per-cluster
+    maxima already rule out are not looked at node by node (nor at all when none is left)."""
+    columns = batch.columns
+    maybe = columns.maxima_fit(items, tolerated, free=True)
+    if not maybe.any():
+        return maybe
+    return maybe & columns.per_cluster(columns.nodes_fitting(items, True, admitted))
 
 
 _DATA = DataKey[_NodeFitData]("NodeFit")
@@ -279,6 +321,67 @@ def _explain(
     return f"0/{index.node_count} nodes fit: {details}" if details else f"0/{index.node_count} nodes fit"
 
 
+def _explain_columns(data: _NodeFitData, batch: Batch, positions: list[int], check_status: bool) -> list[str]:
+    """:func:`_explain` without reservations for each of ``positions`` at once: the same counts, from the
+    columns (each node counts once under the first check it fails, or once per resource it lacks)."""
+    if not positions:
+        return []
+    import numpy as np
+
+    columns = batch.columns
+    fit = data.columnar(batch)
+    counts: dict[str, Ints] = {}
+
+    def count(reason: str, nodes: Bools) -> None:
+        found = columns.count_per_cluster(nodes)[positions]
+        counts[reason] = counts[reason] + found if reason in counts else found
+
+    considered = columns.schedulable if check_status else np.ones(columns.nodes, np.bool_)
+    if check_status:
+        count("node(s) were unschedulable or not ready", ~columns.schedulable)
+    for number, taints in enumerate(columns.taint_sets):
+        if number not in fit.tolerated:
+            first = next(t for t in taints if not tolerates_all(data.tolerations, (t,)))
+            reason = "node(s) had untolerated taint {" + f"{first.key}: {first.value}" + "}"
+            count(reason, considered & (columns.taint == number))
+    tolerated = columns.taint_mask(fit.tolerated)
+    eligible = considered if tolerated is None else considered & tolerated
+    if data.selected:
+        count(
+            "node(s) didn't match Pod's node affinity/selector", eligible & ~columns.matching(data.selected)
+        )
+        eligible = eligible & columns.matching(data.selected)
+    amounts = columns.free if check_status else columns.allocatable
+    for name, amount in data.items:
+        column = amounts.get(name)
+        count(f"Insufficient {name}", eligible if column is None else eligible & (column < amount))
+    named = sorted(counts)
+    totals: list[int] = columns.node_count[positions].tolist()
+    # Clusters alike (50 nodes, 50 lacking the GPU) share one text: written once per distinct count.
+    written: dict[tuple[int, ...], str] = {}
+    reasons = []
+    for key in zip(totals, *(counts[reason].tolist() for reason in named), strict=True):
+        text = written.get(key)
+        if text is None:
+            details = ", ".join(
+                f"{times} {reason}" for reason, times in zip(named, key[1:], strict=True) if times
+            )
+            text = written[key] = f"0/{key[0]} nodes fit: {details}" if details else f"0/{key[0]} nodes fit"
+        reasons.append(text)
+    return reasons
+
+
+def _verdicts(
+    positions: list[int], reasons: list[str], verdict: Callable[[str], Status]
+) -> list[tuple[int, Status]]:
+    """(position, verdict) per cluster; one status per distinct reason."""
+    made: dict[str, Status] = {}
+    return [
+        (position, made.get(reason) or made.setdefault(reason, verdict(reason)))
+        for position, reason in zip(positions, reasons, strict=True)
+    ]
+
+
 def _format_resources(resources: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{name} {format_quantity(name, amount)}" for name, amount in resources if amount)
 
@@ -298,6 +401,25 @@ class Capacity(_NodeFitPoint):
     """Could any node, even empty, ever hold the pod? If not, waiting will not help."""
 
     name: ClassVar[str] = "Capacity"
+
+    def filter_all(self, state: CycleState, batch: Batch) -> list[tuple[int, Status]]:
+        if state.request.gang:
+            return []
+        data: _NodeFitData = state.data[_DATA.name]
+        fit = data.columnar(batch)
+        columns = batch.columns
+        asked = batch.alive & (columns.node_count > 0) & ~fit.now
+        if fit.ever is None:
+            maybe = asked & columns.maxima_fit(data.items, fit.tolerated, free=False)
+            ever = fit.now.copy()
+            if maybe.any():
+                ever |= maybe & columns.per_cluster(columns.nodes_fitting(data.items, False, fit.admitted))
+            fit.ever = ever
+        never = batch.alive_positions(asked & ~fit.ever)
+        reasons = _explain_columns(data, batch, never, check_status=False)
+        return _verdicts(
+            never, reasons, lambda reason: unresolvable("no node could ever fit, even empty: " + reason)
+        )
 
     def filter(self, state: CycleState, cluster: ClusterView) -> Status:
         index = cluster.index
@@ -324,9 +446,30 @@ class NodeFit(_NodeFitPoint):
         data: _NodeFitData = state.data[_DATA.name]  # per cluster: indexing, not a call
         if data.walk(cluster, index) == _NOW:
             return SUCCESS
-        reservation = _in_flight(cluster)
-        adjusted = _charged(data, index, cluster) if reservation else None
-        reason = _explain(data, index, adjusted, check_status=True)
-        if reservation:
-            reason += f" (counting in-flight reservations: {_format_resources(sorted(reservation.items()))})"
-        return unschedulable(reason)
+        return _not_now(data, index, cluster)
+
+    def filter_all(self, state: CycleState, batch: Batch) -> list[tuple[int, Status]]:
+        if state.request.gang:
+            return []
+        data: _NodeFitData = state.data[_DATA.name]
+        fit = data.columnar(batch)
+        columns = batch.columns
+        out: list[tuple[int, Status]] = []
+        # A cluster with reservations in flight is walked as the per-cluster filter walks it.
+        for position in batch.alive_positions(batch.reserved | ~columns.has_snapshot):
+            status = self.filter(state, batch.view(position))
+            if status is not SUCCESS:
+                out.append((position, status))
+        busy = batch.alive_positions(columns.has_snapshot & ~batch.reserved & ~fit.now)
+        reasons = _explain_columns(data, batch, busy, check_status=True)
+        out.extend(_verdicts(busy, reasons, unschedulable))
+        return out
+
+
+def _not_now(data: _NodeFitData, index: ClusterIndex, cluster: ClusterView) -> Status:
+    reservation = _in_flight(cluster)
+    adjusted = _charged(data, index, cluster) if reservation else None
+    reason = _explain(data, index, adjusted, check_status=True)
+    if reservation:
+        reason += f" (counting in-flight reservations: {_format_resources(sorted(reservation.items()))})"
+    return unschedulable(reason)

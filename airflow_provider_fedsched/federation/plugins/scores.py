@@ -1,14 +1,23 @@
 """Score plugins: each measures one raw value per candidate cluster and normalizes the candidates' raw
-values to 0..100 (higher is better); the engine multiplies by the policy's weight and sums."""
+values to 0..100 (higher is better); the engine multiplies by the policy's weight and sums.
+
+``score_all``/``normalize_all`` do the same for every candidate at once over the columnar index
+(:mod:`federation.columns`), with the same float operations in the same order, so the numbers are the
+per-cluster ones bit for bit; ``score_all`` returns None where it cannot promise that (the engine then
+scores cluster by cluster).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from airflow_provider_fedsched.federation.costs import compute_per_hour
+from airflow_provider_fedsched.federation.costs import GIB, compute_per_hour
 from airflow_provider_fedsched.federation.framework import ClusterView, CycleState, DataKey, ScorePlugin
-from airflow_provider_fedsched.federation.resources import CPU, MEMORY
+from airflow_provider_fedsched.federation.resources import CPU, GPU, MEMORY
+
+if TYPE_CHECKING:
+    from airflow_provider_fedsched.federation.columns import Batch, Floats, Positions
 
 __all__ = ["Cost", "Forecast", "Headroom", "Locality", "Proximity"]
 
@@ -16,6 +25,14 @@ __all__ = ["Cost", "Forecast", "Headroom", "Locality", "Proximity"]
 def _absolute(raw: Sequence[float]) -> list[float]:
     """For raws already on a 0..100 scale: kept as they are, so small differences stay small."""
     return [min(100.0, max(0.0, value)) for value in raw]
+
+
+def _absolute_all(raw: Floats) -> Floats:
+    """:func:`_absolute` over an array (``max(0.0, v)`` is ``v`` only when ``v > 0.0``)."""
+    import numpy as np
+
+    above = np.where(raw > 0.0, raw, 0.0)
+    return np.where(above < 100.0, above, 100.0)
 
 
 class _Egress(NamedTuple):
@@ -60,6 +77,40 @@ class Cost(ScorePlugin):
             return [100.0] * len(raw)
         return [100.0 * (1.0 - (value - low) / high) for value in raw]
 
+    def score_all(self, state: CycleState, batch: Batch, positions: Positions) -> Floats:
+        """``compute_per_hour`` term by term in the request's order, then the egress term."""
+        import numpy as np
+
+        spec = batch.spec
+        per_hour = np.zeros(len(positions), np.float64)
+        for name, amount in state.request_items:
+            if name == CPU:
+                per_hour = per_hour + amount / 1000 * spec.cpu_hour[positions]
+            elif name == MEMORY:
+                per_hour = per_hour + amount / GIB * spec.memory_gib_hour[positions]
+            elif name == GPU:
+                per_hour = per_hour + amount * spec.gpu_hour[positions]
+            else:
+                per_hour = per_hour + amount * spec.extended_price(name)[positions]
+        egress: _Egress = state.data[_EGRESS.name]
+        left = np.full(spec.count, egress.total - 0.0)
+        for cluster, saved in egress.saved.items():
+            left[spec.positions[cluster]] = egress.total - saved
+        left = left[positions]
+        hours = state.request.expected_duration_seconds / 3600.0
+        return per_hour * hours + np.where(left > 0.0, left, 0.0)
+
+    def normalize_all(self, raw: Floats) -> Floats:
+        import numpy as np
+
+        if not len(raw):
+            return raw
+        low, high = raw.min(), raw.max()
+        if high <= 0:
+            return np.full(len(raw), 100.0)
+        normalized: Floats = 100.0 * (1.0 - (raw - low) / high)
+        return normalized
+
 
 _SHARES = DataKey[dict[str, float] | None]("Locality")
 """Cluster -> percentage of the bytes the task reads stored there; None when it reads nothing."""
@@ -87,6 +138,20 @@ class Locality(ScorePlugin):
     def normalize(self, raw: Sequence[float]) -> list[float]:
         return _absolute(raw)
 
+    def score_all(self, state: CycleState, batch: Batch, positions: Positions) -> Floats:
+        import numpy as np
+
+        shares: dict[str, float] | None = state.data[_SHARES.name]
+        if shares is None:
+            return np.full(len(positions), 100.0)
+        everywhere = np.zeros(batch.spec.count, np.float64)
+        for cluster, share in shares.items():
+            everywhere[batch.spec.positions[cluster]] = share
+        return everywhere[positions]
+
+    def normalize_all(self, raw: Floats) -> Floats:
+        return _absolute_all(raw)
+
 
 _REGION_GROUP = DataKey[dict[str, str]]("Proximity")
 
@@ -97,10 +162,7 @@ class Proximity(ScorePlugin):
     name: ClassVar[str] = "Proximity"
 
     def prepare(self, state: CycleState) -> None:
-        region_group: dict[str, str] = {}
-        for cluster in state.spec.clusters:
-            region_group.setdefault(cluster.region, cluster.proximity_group)
-        _REGION_GROUP.put(state, region_group)
+        _REGION_GROUP.put(state, state.spec.region_groups)
 
     def score(self, state: CycleState, cluster: ClusterView) -> float:
         request = state.request
@@ -115,6 +177,26 @@ class Proximity(ScorePlugin):
 
     def normalize(self, raw: Sequence[float]) -> list[float]:
         return _absolute(raw)
+
+    def score_all(self, state: CycleState, batch: Batch, positions: Positions) -> Floats:
+        import numpy as np
+
+        request, spec = state.request, batch.spec
+        groups = spec.group_ids[positions]
+        near = np.zeros(len(positions), np.bool_)
+        near_groups = [request.prefer_group]
+        if request.prefer_region is not None:
+            near_groups.append(_REGION_GROUP.get(state).get(request.prefer_region))
+        for group in near_groups:
+            if group is not None and group in spec.groups:
+                near |= groups == spec.groups.index(group)
+        score = np.where(near, 50.0, 0.0)
+        if request.prefer_region is not None and request.prefer_region in spec.regions:
+            score[spec.region_ids[positions] == spec.regions.index(request.prefer_region)] = 100.0
+        return score
+
+    def normalize_all(self, raw: Floats) -> Floats:
+        return _absolute_all(raw)
 
 
 class Headroom(ScorePlugin):
@@ -139,6 +221,36 @@ class Headroom(ScorePlugin):
     def normalize(self, raw: Sequence[float]) -> list[float]:
         return _absolute(raw)
 
+    def score_all(self, state: CycleState, batch: Batch, positions: Positions) -> Floats | None:
+        """Where the totals and the request are exact as floats and nothing is in flight, as
+        :meth:`score` computes it; elsewhere by :meth:`score`."""
+        import numpy as np
+
+        from airflow_provider_fedsched.federation.columns import EXACT_FLOAT
+
+        items = state.request_items or ((CPU, 0), (MEMORY, 0))
+        if any(amount >= EXACT_FLOAT for _, amount in items):
+            return None
+        columns = batch.columns
+        zeros = np.zeros(len(positions), np.int64)
+        scarcest = np.ones(len(positions), np.float64)
+        empty = np.zeros(len(positions), np.bool_)
+        for name, amount in items:
+            total = columns.total_allocatable[name][positions] if name in columns.total_allocatable else zeros
+            free = columns.total_free[name][positions] if name in columns.total_free else zeros
+            counted = total > 0
+            empty |= ~counted
+            ratio = np.divide(free - amount, total, out=np.ones(len(positions)), where=counted)
+            scarcest = np.minimum(scarcest, ratio)
+        score = np.where(empty, 0.0, 100.0 * np.where(scarcest > 0.0, scarcest, 0.0))
+        exact = columns.totals_exact[positions] & columns.has_snapshot[positions] & ~batch.reserved[positions]
+        for at in np.flatnonzero(~exact).tolist():
+            score[at] = self.score(state, batch.view(int(positions[at])))
+        return score
+
+    def normalize_all(self, raw: Floats) -> Floats:
+        return _absolute_all(raw)
+
 
 class Forecast(ScorePlugin):
     """Predicted idle fraction (0..1, clamped) x 100; a cluster with no forecast is neutral (50). The
@@ -157,3 +269,19 @@ class Forecast(ScorePlugin):
 
     def normalize(self, raw: Sequence[float]) -> list[float]:
         return _absolute(raw)
+
+    def score_all(self, state: CycleState, batch: Batch, positions: Positions) -> Floats | None:
+        import numpy as np
+
+        if state.forecast is None:
+            return np.full(len(positions), self.neutral)
+        forecast, names = state.forecast, batch.spec.names
+        values = [forecast.get(names[p]) for p in positions.tolist()]
+        if not all(type(value) is float or value is None for value in values):
+            return None  # ints, numpy scalars...: float() of each, by score()
+        predicted = np.array([np.nan if value is None else value for value in values], np.float64)
+        above = np.where(predicted > 0.0, predicted, 0.0)
+        return np.where(np.isnan(predicted), self.neutral, 100.0 * np.where(above < 1.0, above, 1.0))
+
+    def normalize_all(self, raw: Floats) -> Floats:
+        return _absolute_all(raw)

@@ -70,6 +70,12 @@ federated_dag(
     annotations=sim(duration=40, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
 )
 federated_dag("fed_task_failure", annotations=sim(exit_code=3, logs=["boom"]))
+federated_dag(
+    "fed_task_failure_deferrable",
+    deferrable=True,
+    poll_interval=0.5,
+    annotations=sim(exit_code=3, logs=["boom"]),
+)
 federated_dag("fed_wait_timeout", datasets=["eu-customers"], wait_timeout=3)
 federated_dag("fed_wait_timeout_deferrable", datasets=["eu-customers"], wait_timeout=3, deferrable=True)
 # A two-hour task waiting for room on its only cluster (test_federated_operator.py): it decides again as
@@ -94,6 +100,24 @@ federated_dag(
     clusters=["east-cpu"],
     preemptible=True,
     checkpoint="s3://bucket/ckpt",
+    annotations=sim(duration=8, logs=["work done"]),
+)
+# The same, with room elsewhere: the retry must wait for the dead try's silent cluster and adopt its
+# finished pod, not start the work on west-general (test_federated_operator.py; the soak's
+# sync_resumable[21]).
+federated_dag(
+    "fed_killed_preemptible_elsewhere",
+    clusters=["east-cpu", "west-general"],
+    preemptible=True,
+    checkpoint="s3://bucket/ckpt",
+    unreachable_grace=120,
+    annotations=sim(duration=8, logs=["work done"]),
+)
+# A try killed while its pod runs, not preemptible: the retry finds the pod Succeeded and being deleted.
+federated_dag(
+    "fed_killed_plain",
+    clusters=["east-cpu", "west-general"],
+    unreachable_grace=120,
     annotations=sim(duration=8, logs=["work done"]),
 )
 federated_dag(
@@ -167,6 +191,30 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
         annotations=sim(duration=40, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
         **extra,
     )
+
+# A preemptible task moves during a short outage of east-cpu; its fenced pod there Succeeds while the copy
+# on west-general runs: that copy is stopped and the first one's result taken (test_contract.py; the
+# soak's sync_resumable[5]). West's copy waits for its scheduler as long as the test holds it.
+for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_interval": 0.5})):
+    federated_dag(
+        f"fed_moved_then_first_succeeded_{mode}",
+        clusters=["east-cpu", "west-general"],
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        unschedulable_grace_seconds=120,
+        annotations=sim(duration=60, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
+        **extra,
+    )
+
+# Try 1 is lost to an outage, its pod written down; try 2 adopts the pod (test_contract.py).
+federated_dag(
+    "fed_outage_lost_retry",
+    clusters=["east-cpu", "west-general"],
+    unreachable_grace=3,
+    retries=1,
+    retry_delay=timedelta(seconds=15),
+    annotations=sim(duration=300, logs=["work done"]),
+)
 
 
 # Its pod's node goes NotReady past the grace: try 1 is lost; try 2 must not start a second copy while
