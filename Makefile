@@ -22,7 +22,7 @@ install: $(VENV)/.installed
 
 # Bytecode compiled at install: without it every Airflow process compiles thousands of modules (seconds
 # each) wherever bytecode cannot be written (PYTHONDONTWRITEBYTECODE, read-only installs).
-$(VENV)/.installed: pyproject.toml uv.lock | $(UV)
+$(VENV)/.installed: pyproject.toml devtools/pyproject.toml uv.lock | $(UV)
 	$(UV) sync --frozen --compile-bytecode
 	touch $@
 
@@ -85,7 +85,7 @@ SOAK_VENV := .venv-soak
 
 soak-install: $(SOAK_VENV)/.installed
 
-$(SOAK_VENV)/.installed: pyproject.toml uv.lock | $(UV)
+$(SOAK_VENV)/.installed: pyproject.toml devtools/pyproject.toml uv.lock | $(UV)
 	UV_PROJECT_ENVIRONMENT=$(SOAK_VENV) $(UV) sync --frozen --group soak --compile-bytecode
 	touch $@
 

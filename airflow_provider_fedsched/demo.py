@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -149,13 +150,17 @@ def print_summary(records: list[dict[str, Any]]) -> None:
     print(placement_summary(records), end="")
 
 
+LOGGER_SUFFIX = re.compile(r"\s+\[[A-Za-z_][\w.]*\](?: loc=\S+)?$")
+"""What Airflow's log format appends to a line: the logger's name and, for some loggers, where it logged."""
+
+
 def pod_lines(log_file: Path) -> list[str]:
     """What the pods printed, as streamed into the task logs (``[base] ...`` lines)."""
     lines = []
     for line in log_file.read_text(errors="replace").splitlines():
         _, found, text = line.partition("[base] ")
         if found:
-            lines.append(text.split(" [airflow.")[0].rstrip())
+            lines.append(LOGGER_SUFFIX.sub("", text).rstrip())
     return lines
 
 

@@ -1,14 +1,19 @@
-"""The house rules that code review alone does not keep: no import circle in the package, and
+"""The house rules that code review alone does not keep: no import circle in the package,
 ``federation/`` importing only the standard library, pydantic, PyYAML and numpy (the columnar snapshot
-index, imported lazily).
+index, imported lazily), and the provider never loading a dev tool (sim/, testbed/, replay/, the demo: the
+second distribution, which a stock Airflow install does not have).
 
 The import graph is read from the source (``ast``), not by importing anything. Every ``import`` statement
 counts: at module level, inside a function (a lazy import still makes the two modules depend on each
 other) and under ``if TYPE_CHECKING:`` (a type-only import is a dependency of the design, as when a
-helper's annotations name the object that builds it). An import of a package's name
-(``from pkg import name``) is an edge to the package's ``__init__``; of a submodule (``from pkg import
-sub``), to that submodule. Circles are looked for twice: between modules, and between the package's
-top-level parts (``cli``, ``federation``, ``operators``, ...), where two layers must not lean on each other.
+helper's annotations name the object that builds it). ``from pkg import name`` reads the package's
+namespace, so it is an edge to the package's ``__init__``, and when ``name`` is a submodule, to that
+submodule as well (``pkg/__init__`` importing a module that says ``from pkg import sibling`` is a circle:
+the module runs while the package is half built). Importing a submodule by its full name (``from pkg.sub
+import x``, ``import pkg.sub as sub``) is an edge to the submodule only: the parents' ``__init__`` run
+first, but a package that re-exports its modules would otherwise be a circle with each of them. Circles
+are looked for twice: between modules, and between the package's top-level parts (``cli``,
+``federation``, ``operators``, ...), where two layers must not lean on each other.
 
 ``KNOWN_CIRCLES`` lists what other branches are taking apart: each entry must still be true (so that it
 is removed as soon as its fix lands), and nothing else may appear. There is no line limit: a module holds
@@ -36,6 +41,10 @@ KNOWN_PART_CIRCLES: dict[tuple[str, ...], str] = {}
 
 FEDERATION_ALLOWED = {"pydantic", "yaml", "numpy"}
 
+DEV_TOOLS = {f"{PACKAGE}.{part}" for part in ("sim", "testbed", "replay", "demo")}
+"""The parts the provider's wheel leaves to the dev tools' distribution (tests/test_distributions.py checks
+the two wheels against this list)."""
+
 
 @dataclass(frozen=True)
 class Edge:
@@ -59,6 +68,29 @@ def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
     return (node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom))
 
 
+def _loaded_with_the_module(tree: ast.Module) -> set[int]:
+    """Lines of the imports that run when the module is loaded: at module level or in a class body, not
+    inside a function and not under ``if TYPE_CHECKING:``."""
+    lines: set[int] = set()
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for statement in statements:
+            if isinstance(statement, ast.Import | ast.ImportFrom):
+                lines.add(statement.lineno)
+            elif isinstance(statement, ast.If) and "TYPE_CHECKING" in ast.unparse(statement.test):
+                visit(statement.orelse)
+            elif not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    children = getattr(statement, field, None) or []
+                    visit([c for c in children if isinstance(c, ast.stmt)])
+                    for child in children:
+                        if isinstance(child, ast.ExceptHandler | ast.match_case):
+                            visit(child.body)
+
+    visit(tree.body)
+    return lines
+
+
 def _absolute(node: ast.ImportFrom, source: str, is_package: bool) -> str:
     if not node.level:
         return node.module or ""
@@ -77,9 +109,11 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[
                 yield alias.name, node.lineno
             continue
         target = _absolute(node, name, path.name == "__init__.py")
+        yield target, node.lineno
         for alias in node.names:
             submodule = f"{target}.{alias.name}"
-            yield (submodule if submodule in known else target), node.lineno
+            if submodule in known:
+                yield submodule, node.lineno
 
 
 def import_graph() -> list[Edge]:
@@ -218,6 +252,26 @@ def test_federation_imports_only_the_standard_library_pydantic_yaml_and_numpy() 
     assert not foreign, "\n".join(foreign)
 
 
+def test_the_provider_never_loads_a_dev_tool() -> None:
+    """A stock Airflow install has the provider's wheel only: no module of it imports sim/, testbed/,
+    replay/ or the demo, except the ``fedsched`` verbs that drive them, inside the functions that run them
+    (after the check that says what to install when they are missing, cli/_common.require_dev_tools)."""
+    known = modules()
+    found = []
+    for name, path in known.items():
+        if part_of(name) in DEV_TOOLS:
+            continue
+        loaded = _loaded_with_the_module(ast.parse(path.read_text(encoding="utf-8")))
+        for target, line in imports_of(name, path, known):
+            if part_of(target) not in DEV_TOOLS:
+                continue
+            if part_of(name) != f"{PACKAGE}.cli":
+                found.append(f"{name} (line {line}) imports the dev tool {target}")
+            elif line in loaded:
+                found.append(f"{name} (line {line}) imports the dev tool {target} when it is loaded")
+    assert not found, "\n".join(found)
+
+
 # The checker itself, on a small made-up graph.
 @pytest.mark.parametrize(
     ("pairs", "components"),
@@ -247,3 +301,42 @@ def test_lazy_and_type_only_imports_count() -> None:
         for node in _imports(tree)
     )
     assert imported == ["lazily_used", "only_for_types", "typing"]
+
+
+def test_imports_loaded_with_the_module_are_told_from_lazy_and_type_only_ones() -> None:
+    tree = ast.parse(
+        "import top\n"
+        "if TYPE_CHECKING:\n    import only_for_types\nelse:\n    import otherwise\n"
+        "try:\n    import tried\nexcept ImportError:\n    import fallback\n"
+        "class C:\n    import in_class_body\n"
+        "def f():\n    import lazily_used\n"
+    )
+    loaded = _loaded_with_the_module(tree)
+    names = {node.lineno: node.names[0].name for node in _imports(tree) if isinstance(node, ast.Import)}
+    assert sorted(names[line] for line in loaded) == [
+        "fallback",
+        "in_class_body",
+        "otherwise",
+        "top",
+        "tried",
+    ]
+
+
+def test_from_a_package_import_a_module_depends_on_the_package_too(tmp_path: Path) -> None:
+    package = tmp_path / PACKAGE / "part"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from airflow_provider_fedsched.part.b import thing\n")
+    (package / "a.py").write_text("from airflow_provider_fedsched.part import b\n")
+    (package / "b.py").write_text("import airflow_provider_fedsched.part.a as a\n")
+    known = {
+        f"{PACKAGE}.part": package / "__init__.py",
+        **{f"{PACKAGE}.part.{m}": package / f"{m}.py" for m in "ab"},
+    }
+    edges = [Edge(name, t, line) for name, path in known.items() for t, line in imports_of(name, path, known)]
+    targets = {name: sorted(e.target for e in edges if e.source == name) for name in known}
+    assert targets == {
+        f"{PACKAGE}.part": [f"{PACKAGE}.part.b"],
+        f"{PACKAGE}.part.a": [f"{PACKAGE}.part", f"{PACKAGE}.part.b"],
+        f"{PACKAGE}.part.b": [f"{PACKAGE}.part.a"],
+    }
+    assert strongly_connected(edges) == [sorted(known)]

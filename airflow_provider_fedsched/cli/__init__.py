@@ -16,17 +16,21 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_fedsched.cli._common import (
+    DEV_TOOLS_DISTRIBUTION,
     EXIT_BAD_INPUT,
     EXIT_BROKEN_PIPE,
     EXIT_NOT_PLACED,
     EXIT_OK,
     UsageError,
     airflow_lookup_context,
+    dev_tools_installed,
     logs_on_stderr,
+    require_dev_tools,
     silence_stdout,
 )
 
 __all__ = [
+    "DEV_TOOL_VERBS",
     "EXIT_BAD_INPUT",
     "EXIT_BROKEN_PIPE",
     "EXIT_NOT_PLACED",
@@ -50,6 +54,10 @@ VERBS: dict[str, str] = {
     "cost": "cost",
     "history": "history",
 }
+# Verbs that drive the dev tools (sim/, testbed/, replay/), which the provider's wheel does not hold. Their
+# modules here import the tools inside their functions only; without the tools, naming the verb is one
+# line saying what to install (exit 2), and ``fedsched --help`` lists it as not installed.
+DEV_TOOL_VERBS = frozenset({"sim", "testbed", "replay"})
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -62,14 +70,21 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     named = argv[0] if argv and argv[0] in VERBS else None
     for verb, module in VERBS.items():
-        if named is None or verb == named:
-            path = module if "." in module else f"{__name__}.{module}"
-            importlib.import_module(path).add_parser(subparsers)
+        if named is not None and verb != named:
+            continue
+        if verb in DEV_TOOL_VERBS and not dev_tools_installed():
+            if named is not None:
+                require_dev_tools()
+            subparsers.add_parser(verb, help=f"not installed (pip install {DEV_TOOLS_DISTRIBUTION})")
+            continue
+        path = module if "." in module else f"{__name__}.{module}"
+        importlib.import_module(path).add_parser(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    args = None
     try:
         args = build_parser(argv).parse_args(argv)
         with airflow_lookup_context(), logs_on_stderr():
@@ -77,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at interpreter exit
         return code
     except UsageError as exc:
-        print(f"fedsched {args.command}: error: {exc}", file=sys.stderr)
+        # Before the command line is parsed (the dev tools a named verb needs are missing), argv names it.
+        command = argv[0] if args is None else args.command
+        print(f"fedsched {command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         # `fedsched place --json | head`: the reader has what it wanted; no traceback, no second error.

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from airflow_provider_fedsched.sim.config import SimConfig
 
 __all__ = [
+    "DEV_TOOLS_DISTRIBUTION",
     "EXIT_BAD_INPUT",
     "EXIT_BROKEN_PIPE",
     "EXIT_NOT_PLACED",
@@ -48,6 +49,7 @@ __all__ = [
     "bounded_int",
     "check_clusters",
     "check_output",
+    "dev_tools_installed",
     "jsonable",
     "key_value",
     "live_snapshots",
@@ -62,6 +64,7 @@ __all__ = [
     "print_state_files",
     "regular_file",
     "require_airflow_database",
+    "require_dev_tools",
     "silence_stdout",
     "until_signalled",
 ]
@@ -77,6 +80,26 @@ MAX_TIMEOUT = 600.0
 
 class UsageError(Exception):
     """Bad input from the command line or a file it names; printed without a traceback, exit 2."""
+
+
+DEV_TOOLS_DISTRIBUTION = "airflow-provider-fedsched-devtools"
+"""The distribution that holds the dev tools (sim/, testbed/, replay/, the demo): the provider's wheel does
+not, so that every Airflow worker installs the provider only (docs/architecture.md)."""
+DEV_TOOLS = ("sim", "testbed", "replay")
+
+
+def dev_tools_installed() -> bool:
+    """Whether the dev tools' packages are importable here (found, not imported)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(f"airflow_provider_fedsched.{part}") for part in DEV_TOOLS)
+
+
+def require_dev_tools() -> None:
+    """Called before a verb imports a dev tool (always inside the verb: the provider's wheel never imports
+    them when a module is loaded), so that their absence is one line saying how to get them."""
+    if not dev_tools_installed():
+        raise UsageError(f"the dev tools are not installed: pip install {DEV_TOOLS_DISTRIBUTION}")
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")

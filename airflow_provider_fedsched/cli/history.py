@@ -19,6 +19,7 @@ from airflow_provider_fedsched.cli._common import (
     open_output,
     parse_time,
     require_airflow_database,
+    require_dev_tools,
 )
 
 __all__ = ["add_parser", "export"]
@@ -65,6 +66,7 @@ def _records(since: datetime | None, until: datetime | None, dag_id: str | None)
 
 
 def export(args: argparse.Namespace) -> int:
+    require_dev_tools()  # the pod list is the replay's (a dev tool)
     from airflow_provider_fedsched.replay.history import tasks_from_records
     from airflow_provider_fedsched.replay.workload import write_pods
 

@@ -19,11 +19,11 @@ from airflow_provider_fedsched.cli._common import (
 )
 from airflow_provider_fedsched.federation._errors import SpecError
 from airflow_provider_fedsched.federation.documents import parse_yaml, read_text_file
-from airflow_provider_fedsched.sim.cluster import SimPortInUse
-from airflow_provider_fedsched.sim.control import FAULT_KINDS
 
 
 def add_parser(subparsers: Any) -> None:
+    from airflow_provider_fedsched.sim.control import FAULT_KINDS
+
     sim = subparsers.add_parser("sim", help="run or disturb the simulated Kubernetes federation")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
 
@@ -52,6 +52,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from airflow_provider_fedsched.sim.cluster import SimPortInUse
     from airflow_provider_fedsched.sim.harness import SimFederation, SimStateDirInUse
 
     config = load_sim_config(args)
@@ -152,6 +153,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_fault(args: argparse.Namespace) -> int:
+    from airflow_provider_fedsched.sim.control import FAULT_KINDS
+
     if args.kind not in FAULT_KINDS:
         raise UsageError(f"unknown fault kind {args.kind!r}; known: {', '.join(FAULT_KINDS)}")
     control_url, tokens = _state(args.state_dir)

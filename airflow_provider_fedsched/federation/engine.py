@@ -291,6 +291,7 @@ class FederationEngine:
         if not ordered:
             rejected.sort(key=lambda r: (not r.permanent, r.cluster))
         outcome: Outcome
+        extra: dict[str, object] = {}
         if candidates:
             outcome = "placed"
             best = candidates[0]
@@ -298,6 +299,10 @@ class FederationEngine:
                 f"placed on {best.cluster} (score {best.score:.1f}); "
                 f"{len(candidates)} candidate(s), {len(rejected)} rejected"
             )
+            node = next(filter(None, (p.hint(state, best.cluster) for p in plugins.hinters)), None)
+            if node is not None:
+                extra["preferred_node"] = node
+                reason += f"; preferred node {node}"
         else:
             outcome = "impossible" if all(r.permanent for r in rejected) else "wait"
             reason = self._summarize(outcome, rejected, state, plugins)
@@ -310,6 +315,7 @@ class FederationEngine:
             reason=reason,
             decided_at=state.now,
             spec_fingerprint=self.fingerprint,
+            extra=extra,
         )
 
     def _columns_of(self, snapshots: Mapping[str, ClusterSnapshot]) -> FederationColumns:

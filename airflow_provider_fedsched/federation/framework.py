@@ -37,6 +37,7 @@ __all__ = [
     "DataKey",
     "Explains",
     "FilterPlugin",
+    "Hints",
     "Plugin",
     "ScorePlugin",
     "Status",
@@ -176,3 +177,11 @@ class Explains(Protocol):
     """Optional, for filters: say why when this filter rejected every cluster of the federation."""
 
     def explain_all(self, state: CycleState) -> str | None: ...
+
+
+@runtime_checkable
+class Hints(Protocol):
+    """Optional, for scores: a node of the chosen cluster to prefer. Only a preference: the operator asks
+    the member's scheduler for it with a preferred node affinity, and that scheduler still decides."""
+
+    def hint(self, state: CycleState, cluster: str) -> str | None: ...

@@ -46,6 +46,9 @@ class Attempt(BaseModel):
     """When the operator saw the pod running (pod start latency = running_at - started_at)."""
     decision: str = ""
     """The decision's one-line reason for choosing this cluster."""
+    preferred_node: str | None = None
+    """The node the decision preferred (its ``Fragmentation`` hint): the pod asks for it with a preferred
+    node affinity, the member's scheduler decides."""
     adopted: bool = False
     """The pod is an earlier try's, found still running or finished and watched to its end."""
     failed_at: datetime | None = None

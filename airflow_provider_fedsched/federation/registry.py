@@ -69,6 +69,7 @@ PLUGINS: tuple[Registered, ...] = (
     Registered("Proximity", "score", "scores:Proximity", weight=0.5),
     Registered("Headroom", "score", "scores:Headroom", weight=0.5),
     Registered("Forecast", "score", "scores:Forecast", weight=0.2),
+    Registered("Fragmentation", "score", "fragmentation:Fragmentation", weight=2.0),
 )
 
 FILTER_PLUGINS: tuple[str, ...] = tuple(p.name for p in PLUGINS if p.point == "filter")

@@ -24,6 +24,8 @@ MEMORY = "memory"
 EPHEMERAL_STORAGE = "ephemeral-storage"
 PODS = "pods"
 GPU = "nvidia.com/gpu"
+GPU_MILLI = "fedsched.io/gpu-milli"
+"""Thousandths of a GPU: how a task asks for part of one (GPU sharing), or for whole GPUs in thousandths."""
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {

@@ -40,8 +40,10 @@ from airflow_provider_fedsched.federation.spec import Taint
 __all__ = [
     "ClusterIndex",
     "ClusterSnapshot",
+    "NodeGpus",
     "NodeGroup",
     "NodeSnapshot",
+    "WorkloadShape",
     "dump_snapshots",
     "load_snapshots",
     "summarize",
@@ -60,7 +62,42 @@ def _non_negative(value: ResourceList) -> ResourceList:
 
 
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
-"""One set per distinct set of field names given to a :class:`NodeSnapshot` (at most 2^7)."""
+"""One set per distinct set of field names given to a :class:`NodeSnapshot` (at most 2^8)."""
+
+
+MAX_GPU_DEVICES = 64
+"""GPU devices one node may report."""
+GPU_DEVICE_MILLI = 1000
+"""Thousandths of a GPU in one device."""
+
+
+class NodeGpus(BaseModel):
+    """A node's GPU devices, where the member reports how much of each is free (GPU sharing): what the
+    ``Fragmentation`` score reads. Without it, whole devices are derived from ``nvidia.com/gpu``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = ""
+    """The GPU model (type), as pods select it."""
+    free: Annotated[
+        list[Annotated[int, Field(ge=0, le=GPU_DEVICE_MILLI)]], Field(max_length=MAX_GPU_DEVICES)
+    ] = Field(default_factory=list)
+    """Thousandths of each device that are free (1000: the whole device), in device order."""
+
+
+class WorkloadShape(BaseModel):
+    """How many of a cluster's pods have one shape: the ``Fragmentation`` score's target workload."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu: Annotated[int, Field(ge=0, le=MAX_QUANTITY)]
+    """Millicores."""
+    gpus: Annotated[int, Field(ge=0, le=MAX_GPU_DEVICES)] = 0
+    gpu_milli: Annotated[int, Field(ge=0, le=GPU_DEVICE_MILLI)] = 0
+    """Thousandths of each device (1000: whole devices)."""
+    models: list[str] = Field(default_factory=list, max_length=MAX_GPU_DEVICES)
+    """GPU models the pods may use (empty: any)."""
+    count: Annotated[float, Field(gt=0, le=MAX_QUANTITY, allow_inf_nan=False)]
 
 
 class NodeSnapshot(BaseModel):
@@ -73,6 +110,8 @@ class NodeSnapshot(BaseModel):
     taints: list[Taint] = Field(default_factory=list)
     ready: bool = True
     unschedulable: bool = False
+    gpus: NodeGpus | None = None
+    """Per-device GPU room, when the member reports it (GPU sharing)."""
 
     @field_validator("allocatable", "requested")
     @classmethod
@@ -258,6 +297,9 @@ class ClusterSnapshot(BaseModel):
     tenants: dict[str, ResourceList] = Field(default_factory=dict)
     """Tenant (``fedsched.io/tenant`` label) -> requests of its pods bound to a node, ``pods`` their
     count: the cluster's part of each tenant's federation-wide usage."""
+    workload: list[WorkloadShape] = Field(default_factory=list, max_length=MAX_NODES_PER_CLUSTER)
+    """The shapes of the pods the cluster runs, counted: the ``Fragmentation`` score's target workload
+    (its most common shapes)."""
     missing_permissions: Annotated[list[Annotated[str, Field(max_length=500)]], Field(max_length=32)] = Field(
         default_factory=list
     )
@@ -409,6 +451,7 @@ def dump_snapshots(snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, Any]:
                 "taints": [taint.model_dump() for taint in node.taints],
                 "ready": node.ready,
                 "unschedulable": node.unschedulable,
+                **({"gpus": node.gpus.model_dump()} if node.gpus is not None else {}),
             }
             for node in snapshot.nodes
         ]
@@ -418,6 +461,8 @@ def dump_snapshots(snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, Any]:
             }
         if snapshot.tenants:
             entry["tenants"] = {name: _format_resources(v) for name, v in snapshot.tenants.items()}
+        if snapshot.workload:
+            entry["workload"] = [shape.model_dump() for shape in snapshot.workload]
         clusters.append(entry)
     return {"clusters": clusters}
 

@@ -10,6 +10,7 @@ done once it is confirmed.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 from airflow.providers.cncf.kubernetes.utils.pod_manager import (
     PodLoggingStatus,
     PodManager,
+    XComRetrievalError,
     parse_log_line,
 )
 from kubernetes.client import models as k8s
@@ -179,6 +181,18 @@ class FederatedPodManager(PodManager):
         self.logs_interrupted = False
         """While following logs (:meth:`fetch_container_logs`), a stream ended in an error or the cluster
         went silent: the stream may have ended before the container did."""
+
+    def extract_xcom_json(self, pod: k8s.V1Pod) -> str:
+        """The provider's read of the XCom sidecar's ``return.json``; what it read is named when it is not
+        JSON (the provider's error gives only the parser's position, which says nothing of what came back)."""
+        try:
+            return str(super().extract_xcom_json(pod))
+        except json.JSONDecodeError as exc:
+            raise XComRetrievalError(
+                f"the XCom of pod {pod.metadata.namespace}/{pod.metadata.name} in cluster {self.cluster} is "
+                f"not JSON ({exc.msg} at char {exc.pos}): {exc.doc[:200]!r}"
+                f"{' (first 200 of ' + str(len(exc.doc)) + ' characters)' if len(exc.doc) > 200 else ''}"
+            ) from exc
 
     # Reads -------------------------------------------------------------------------------------------
     def observe(self, namespace: str, name: str, *, events: bool = True, node: bool = False) -> Observation:

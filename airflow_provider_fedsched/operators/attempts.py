@@ -46,7 +46,9 @@ def record_digest(record: PlacementRecord) -> str:
 def new_attempt(record: PlacementRecord, decision: Any, cluster: str, namespace: str, name: str) -> Attempt:
     """The next attempt of the try, on the decision's cluster."""
     number = len(record.attempts) + 1
-    estimate = (getattr(decision, "extra", None) or {}).get("cost", {}).get("estimate", {})
+    extra = getattr(decision, "extra", None) or {}
+    estimate = extra.get("cost", {}).get("estimate", {})
+    preferred = extra.get("preferred_node")
     return Attempt(
         tenant=decision.extra.get("tenant") if estimate else None,
         price_per_hour=float(estimate.get("per_hour", 0.0)),
@@ -61,6 +63,7 @@ def new_attempt(record: PlacementRecord, decision: Any, cluster: str, namespace:
         # An earlier pod that may have run (evicted, or left while unanswered) may have left a checkpoint.
         resumed_from_checkpoint=any(a.outcome in ("evicted", "unreachable") for a in record.attempts),
         decision=str(decision.reason)[:500],
+        preferred_node=preferred if isinstance(preferred, str) and preferred else None,
     )
 
 
@@ -100,7 +103,36 @@ def attempt_pod(
     names = {var.name for var in env}
     base = next(c for c in pod.spec.containers if c.name == base_container)
     base.env = [var for var in (base.env or []) if var.name not in names] + env
+    if attempt.preferred_node:
+        _prefer_node(pod, attempt.preferred_node)
     return pod
+
+
+PREFERRED_NODE_WEIGHT = 100
+"""The largest preferred-affinity weight: the member's scheduler takes the node when it fits, as the
+decision's ``Fragmentation`` score expects, and chooses another when it does not."""
+
+
+def _prefer_node(pod: k8s.V1Pod, node: str) -> None:
+    """Add a preferred node affinity for ``node`` (by name, ``metadata.name``), keeping the template's
+    own affinity: a preference, never ``nodeName``, so the member's scheduler still decides."""
+    spec = pod.spec
+    affinity = spec.affinity or k8s.V1Affinity()
+    node_affinity = affinity.node_affinity or k8s.V1NodeAffinity()
+    preferred = list(node_affinity.preferred_during_scheduling_ignored_during_execution or [])
+    preferred.append(
+        k8s.V1PreferredSchedulingTerm(
+            weight=PREFERRED_NODE_WEIGHT,
+            preference=k8s.V1NodeSelectorTerm(
+                match_fields=[
+                    k8s.V1NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
+                ]
+            ),
+        )
+    )
+    node_affinity.preferred_during_scheduling_ignored_during_execution = preferred
+    affinity.node_affinity = node_affinity
+    spec.affinity = affinity
 
 
 _RANK = {"Succeeded": 0, "Running": 1, "Pending": 2, "Unknown": 3}

@@ -18,8 +18,9 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
+import airflow_provider_fedsched.plugins.history as history
+import airflow_provider_fedsched.plugins.usage as usage
 from airflow_provider_fedsched.federation.costs import REPORT_GROUPS
-from airflow_provider_fedsched.plugins import history, usage
 from airflow_provider_fedsched.plugins.paths import URL_PREFIX
 from airflow_provider_fedsched.state.stores import HISTORY_LIMIT
 from airflow_provider_fedsched.validation.http import MAX_MAP_INDEX, MAX_OFFSET, MAX_TRY_NUMBER

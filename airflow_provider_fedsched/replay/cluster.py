@@ -19,7 +19,7 @@ from airflow_provider_fedsched.federation import ClusterSnapshot, NodeSnapshot, 
 from airflow_provider_fedsched.replay.topology import GPU_MILLI, GPU_SPEC_LABEL
 from airflow_provider_fedsched.replay.workload import Node, Task
 
-__all__ = ["MIB", "TAINTED", "ClusterState", "NodeState", "Running", "gpu_spec_selector"]
+__all__ = ["MIB", "TAINTED", "ClusterState", "NodeState", "Running", "gpu_spec_selector", "node_labels"]
 
 MIB = 2**20
 
@@ -44,6 +44,16 @@ def node_admits(task: Task, labels: dict[str, str]) -> bool:
     if task.gpu_spec and GPU_SPEC_LABEL + task.gpu_spec not in labels:
         return False
     return bool(task.gpu_milli) or TAINTED not in labels
+
+
+def node_labels(model: str, specs: Iterable[str]) -> dict[str, str]:
+    """A node's labels: its GPU model, and for each pod ``gpu_spec`` (allowed GPU types) naming its model
+    the label that spec's node selector asks for."""
+    labels = {"gpu-model": model} if model else {}
+    for spec in specs:
+        if model and model in spec.split("|"):
+            labels[GPU_SPEC_LABEL + spec] = "true"
+    return labels
 
 
 def gpu_spec_selector(spec: str) -> dict[str, str]:
@@ -130,10 +140,7 @@ class ClusterState:
         specs = sorted(set(gpu_specs) - {""})
         self.nodes: list[NodeState] = []
         for node in nodes:
-            labels = {"gpu-model": node.model} if node.model else {}
-            for spec in specs:
-                if node.model and node.model in spec.split("|"):
-                    labels[GPU_SPEC_LABEL + spec] = "true"
+            labels = node_labels(node.model, specs)
             tainted = gpu_taint and node.gpus > 0
             self.nodes.append(
                 NodeState(node.name, node.cpu, node.memory_mib, node.gpus * 1000, labels, tainted)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_provider_fedsched.federation import FederationSpec, PolicySpec, load_spec
+from airflow_provider_fedsched.federation import FederationSpec, PolicySpec, load_spec, resources
 from airflow_provider_fedsched.replay.workload import Node, ReplayInputError, Task
 
 __all__ = [
@@ -29,7 +29,7 @@ __all__ = [
 
 MAX_REPLAY_CLUSTERS = 1_000
 """Member clusters the nodes are split into (``--clusters``): the engine is benchmarked at 1,000."""
-GPU_MILLI = "fedsched.io/gpu-milli"
+GPU_MILLI = resources.GPU_MILLI
 """The replay's GPU resource, in thousandths of a GPU, so that the trace's GPU-sharing pods can be placed
 (an extended resource, priced per unit-hour at a thousandth of the GPU-hour price)."""
 GPU_SPEC_LABEL = "replay.fedsched.io/gpu-spec-"

@@ -239,19 +239,25 @@ def _nodes(path: Path, header: list[str], rows: Iterator[tuple[int, dict[str, st
     return nodes
 
 
-def read_pods(path: str | Path) -> list[Task]:
+def read_pods(path: str | Path, *, cap_gpu_milli: bool = False) -> list[Task]:
     """Pods as tasks, in arrival order (creation time, then file order).
 
     A pod's run time is ``deletion_time - scheduled_time``, or ``deletion_time - creation_time`` for a
     pod the trace never scheduled (how long it was wanted), and at least one second. A file without
     time columns (``openb_pod_list_multigpu20.csv``) gets times from :func:`shape_trace`.
+
+    ``cap_gpu_milli`` (the fragmentation protocol's reading): ``gpu_milli`` above 1000 counts as 1000, and
+    a pod must share a GPU on one device only (``num_gpu`` 1), as the protocol's reference simulator
+    requires, so that ``Task.gpu_milli`` tells the devices and the share on each.
     """
     path = Path(path)
     with _csv_rows(path, POD_COLUMNS, "pods", MAX_POD_ROWS) as (header, rows):
-        return _pods(path, header, rows)
+        return _pods(path, header, rows, cap_gpu_milli)
 
 
-def _pods(path: Path, header: list[str], rows: Iterator[tuple[int, dict[str, str]]]) -> list[Task]:
+def _pods(
+    path: Path, header: list[str], rows: Iterator[tuple[int, dict[str, str]]], cap_gpu_milli: bool
+) -> list[Task]:
     timed = "creation_time" in header and "deletion_time" in header
     tasks: list[Task] = []
     seen: set[str] = set()
@@ -265,8 +271,15 @@ def _pods(path: Path, header: list[str], rows: Iterator[tuple[int, dict[str, str
         seen.add(name)
         num_gpu = _integer(row, "num_gpu", where)
         gpu_milli = _integer(row, "gpu_milli", where)
+        if gpu_milli > 1000 and cap_gpu_milli:
+            gpu_milli = 1000
         if gpu_milli > 1000:
             raise ReplayInputError(f"{where}: gpu_milli: {gpu_milli} is more than one GPU (1000)")
+        if cap_gpu_milli and num_gpu > 1 and 0 < gpu_milli < 1000:
+            raise ReplayInputError(
+                f"{where}: gpu_milli: {gpu_milli} on each of {num_gpu} GPUs (num_gpu): a pod may share "
+                "a GPU on one device only"
+            )
         qos = (row.get("qos") or "").strip() or "BE"
         if qos not in QOS_CLASSES:
             raise ReplayInputError(f"{where}: qos: {qos!r} is not one of {', '.join(QOS_CLASSES)}")

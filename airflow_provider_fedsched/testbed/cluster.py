@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+import airflow_provider_fedsched.testbed.binaries as binaries
 from airflow_provider_fedsched.federation.resources import parse_quantity
 from airflow_provider_fedsched.sim.config import ClusterConfig
-from airflow_provider_fedsched.testbed import binaries
 from airflow_provider_fedsched.testbed.pki import Authority, Pair
 from airflow_provider_fedsched.testbed.processes import Process, free_port, wait_until
 from airflow_provider_fedsched.testbed.stages import MANAGED_LABEL, kwok_stages

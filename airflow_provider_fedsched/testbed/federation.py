@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import airflow_provider_fedsched.testbed.binaries as binaries
 from airflow_provider_fedsched.federation.documents import read_text_file
 from airflow_provider_fedsched.sim.config import SimConfig, federation_spec, resolve_config
 from airflow_provider_fedsched.sim.harness import conn_id, write_federation_files
-from airflow_provider_fedsched.testbed import binaries
 from airflow_provider_fedsched.testbed.agent import PodAgent
 from airflow_provider_fedsched.testbed.cluster import TestbedCluster
 from airflow_provider_fedsched.testbed.handles import TestbedClusterHandle

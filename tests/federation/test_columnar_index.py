@@ -1,7 +1,8 @@
 """The columnar snapshot index decides exactly as a from-scratch scan does: the same outcome, cluster,
-candidates (scores and every score term, bit for bit), rejections (plugin, reason, permanence), reason and
-snapshot ages, on generated federations, requests and decision inputs, decision after decision on one
-engine (so that every cache the index keeps is exercised)."""
+candidates (scores and every score term, bit for bit), rejections (plugin, reason, permanence), reason,
+snapshot ages and the preferred node (the ``Fragmentation`` score's hint, over GPU devices and target
+workloads the snapshots report), on generated federations, requests and decision inputs, decision after
+decision on one engine (so that every cache the index keeps is exercised)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from airflow_provider_fedsched.federation import (
 from airflow_provider_fedsched.federation.columns import rounded
 from airflow_provider_fedsched.federation.limits import MAX_QUANTITY
 from airflow_provider_fedsched.federation.request import GangRole
+from airflow_provider_fedsched.federation.resources import GPU_MILLI
+from airflow_provider_fedsched.federation.snapshot import NodeGpus
 from tests.federation.helpers import GPU, NOW
 
 GIB = 2**30
@@ -46,6 +49,21 @@ cpu = st.one_of(small_cpu, small_cpu, small_cpu, st.sampled_from([8000, 16000]),
 memory = st.one_of(st.sampled_from([GIB, 0, 4 * GIB]), st.sampled_from([GIB, 16 * GIB, 64 * GIB]))
 gpus = st.sampled_from([1, 0, 2, 4, 8])
 huge = st.sampled_from([2**53 + 1, MAX_QUANTITY])
+device_free = st.sampled_from([1000, 0, 500, 250, 700])
+gpu_milli = st.sampled_from([500, 1000, 250, 2000, 4000])
+# Target workloads (the shapes a member's pods have, counted), for the Fragmentation score.
+WORKLOADS = [
+    [],
+    [
+        {"cpu": 2000, "gpus": 1, "gpu_milli": 500, "count": 60},
+        {"cpu": 4000, "gpus": 1, "gpu_milli": 1000, "count": 30},
+    ],
+    [
+        {"cpu": 1000, "count": 20},
+        {"cpu": 8000, "gpus": 4, "gpu_milli": 1000, "models": ["V100"], "count": 10},
+        {"cpu": 1000, "gpus": 1, "gpu_milli": 250, "models": ["T4"], "count": 10},
+    ],
+]
 
 
 @st.composite
@@ -63,6 +81,14 @@ def nodes(draw: st.DrawFn, cluster: str) -> list[NodeSnapshot]:
         if draw(st.booleans()):
             allocatable[GPU] = draw(gpus) * 2
             requested[GPU] = draw(gpus)
+        devices = None
+        if draw(st.integers(0, 2)) == 0:
+            # GPU devices as a sharing member reports them (the Fragmentation score's input), with their
+            # thousandths as an extended resource the scheduler counts.
+            free = draw(st.lists(device_free, max_size=8))
+            devices = NodeGpus(model=draw(st.sampled_from(["V100", "T4"])), free=free)
+            allocatable[GPU_MILLI] = 1000 * len(free)
+            requested[GPU_MILLI] = 1000 * len(free) - sum(free)
         if draw(st.integers(0, 3)) == 0:
             allocatable[FPGA] = draw(st.integers(1, 3) | st.just(0))
         if draw(st.integers(0, 14)) == 0:
@@ -78,6 +104,7 @@ def nodes(draw: st.DrawFn, cluster: str) -> list[NodeSnapshot]:
                 taints=draw(st.sampled_from([[], [], [], [TAINTS[0]], [TAINTS[2]], [TAINTS[1], TAINTS[0]]])),
                 ready=draw(st.integers(0, 5)) > 0,
                 unschedulable=draw(st.integers(0, 7)) == 0,
+                gpus=devices,
             )
         )
     return made
@@ -121,6 +148,7 @@ def federations(draw: st.DrawFn) -> dict[str, Any]:
             "reachable": draw(st.integers(0, 15)) > 0,
             "reason": draw(st.sampled_from([None, "connection refused"])),
             "nodes": draw(nodes(name)),
+            "workload": draw(st.sampled_from(WORKLOADS)),
             "quota_headroom": draw(
                 st.sampled_from([{}, {"default": {"cpu": 4000}}, {"batch": {"cpu": 2000, "memory": 4 * GIB}}])
             ),
@@ -145,6 +173,8 @@ def requests(draw: st.DrawFn, federation: dict[str, Any]) -> TaskRequest:
         resources[GPU] = draw(gpus)
     if draw(st.integers(0, 7)) == 0:
         resources[FPGA] = draw(st.integers(1, 2))
+    if draw(st.integers(0, 3)) == 0:
+        resources[GPU_MILLI] = draw(gpu_milli)
     if draw(st.integers(0, 14)) == 0:
         resources["cpu"] = draw(huge)
     fields: dict[str, Any] = {
@@ -189,7 +219,9 @@ def inputs(draw: st.DrawFn, federation: dict[str, Any]) -> dict[str, Any]:
     a forecast and a policy."""
     names = [c["name"] for c in federation["clusters"]]
     some = st.lists(st.sampled_from(names), max_size=2, unique=True) | st.just([])
-    pod = st.fixed_dictionaries({"cpu": cpu, GPU: gpus})
+    pod = st.fixed_dictionaries({"cpu": cpu, GPU: gpus}) | st.fixed_dictionaries(
+        {"cpu": cpu, GPU_MILLI: gpu_milli}
+    )
     policy = PolicySpec(
         snapshot_ttl_seconds=draw(st.sampled_from([15.0, 30.0])),
         filters=[
@@ -232,6 +264,7 @@ def test_the_columnar_index_decides_as_a_from_scratch_scan(data: st.DataObject) 
         st.sampled_from(
             [
                 TaskRequest(resources={"cpu": 100}, prefer_region="eu"),
+                TaskRequest(resources={"cpu": 100, GPU_MILLI: 500}),  # a GPU share: a node hint, mostly
                 TaskRequest(
                     resources={"cpu": 100, GPU: 1, FPGA: 1}, tolerations=[Toleration(operator="Exists")]
                 ),

@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_fedsched.federation import Decision, FederationEngine, TaskRequest
+from airflow_provider_fedsched.federation.registry import default_weights
+from airflow_provider_fedsched.federation.snapshot import WorkloadShape
 from airflow_provider_fedsched.render import decision_table
 from tests.federation.helpers import GPU, NOW, cluster, node, request, snapshot, spec
 
@@ -21,7 +23,7 @@ def decide(fed: Any, req: TaskRequest, **kwargs: Any) -> Decision:
 
 def only(plugin: str) -> dict[str, Any]:
     """A policy that scores with ``plugin`` alone (weight 1)."""
-    weights = {name: 0.0 for name in ("cost", "locality", "proximity", "headroom", "forecast")}
+    weights = dict.fromkeys(default_weights(), 0.0)
     weights[plugin.lower()] = 1.0
     return {"weights": weights}
 
@@ -158,6 +160,35 @@ def test_forecast_biases_within_its_weight_and_missing_is_neutral() -> None:
     assert max(c.score for c in decision.candidates) <= 100.0  # bounded by weight x 100
     neutral = decide(fed, request())
     assert {c.breakdown["Forecast"].raw for c in neutral.candidates} == {50.0}
+
+
+def test_fragmentation_takes_the_last_free_gpu_with_its_registry_weight_and_names_the_node() -> None:
+    """The ``Fragmentation`` score (FGD's gradient, docs/federation-spec.md) in the default policy: a
+    one-GPU task where it closes a fragment the cluster's 8-GPU pods cannot use, not where it breaks up a
+    whole 8-GPU node, although ``Headroom`` prefers the emptier cluster; the explanation names the node."""
+    fed = spec([cluster("a"), cluster("b")])
+    gpu_node = {"cpu": "64", "memory": "256Gi", GPU: "8"}
+    workload = [
+        WorkloadShape(cpu=1000, gpus=1, gpu_milli=1000, count=5),
+        WorkloadShape(cpu=8000, gpus=8, gpu_milli=1000, count=5),
+    ]
+    snaps = {
+        "a": snapshot("a", [node("a-empty", gpu_node)]).model_copy(update={"workload": workload}),
+        "b": snapshot(
+            "b", [node("b-empty", gpu_node), node("b-seven-used", gpu_node, {GPU: "7"})]
+        ).model_copy(update={"workload": workload}),
+    }
+    decision = decide(fed, request({"cpu": "1", "memory": "1Gi", GPU: "1"}), snapshots=snaps)
+    terms = {c.cluster: c.breakdown["Fragmentation"] for c in decision.candidates}
+    assert terms["b"].weight == default_weights()["fragmentation"] == 2.0
+    assert terms["b"].raw > 50.0 > terms["a"].raw  # closing a fragment removes it; breaking a node makes one
+    assert terms["b"].weighted == pytest.approx(2.0 * terms["b"].normalized)
+    headroom = {c.cluster: c.breakdown["Headroom"].weighted for c in decision.candidates}
+    assert headroom["a"] > headroom["b"]
+    assert decision.cluster == "b" and decision.extra == {"preferred_node": "b-seven-used"}
+    assert decision.reason.endswith("; preferred node b-seven-used")
+    table = decision_table(decision, width=140)
+    assert "fragmentation" in table and "preferred node b-seven-used" in table  # a column per score
 
 
 def test_weights_multiply_normalized_scores_and_disabled_scores_are_absent() -> None:

@@ -738,6 +738,17 @@ def test_deferrable_run_records_pod_start_latency(sim_federation: SimFederation,
     assert 0 <= samples[-1]["seconds"] < 60
 
 
+def test_a_deferred_tasks_xcom_that_is_not_json_fails_the_task_naming_what_the_sidecar_read(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    state, record, _ = run("fed_xcom_not_json")
+
+    assert state == "failed" and record is not None
+    assert [outcome for _, outcome in path(record)] == ["failed"]
+    assert "is not JSON (Expecting value at char 0): 'rows: 7 (YAML, not JSON)" in record["reason"], record
+    assert pods_of(sim_federation, "fed_xcom_not_json") == []
+
+
 def test_cluster_selector_restricts_members_by_their_labels(
     sim_federation: SimFederation, federation: Path
 ) -> None:

@@ -16,6 +16,7 @@ from airflow_provider_fedsched.federation.framework import (
     CycleState,
     Explains,
     FilterPlugin,
+    Hints,
     Plugin,
     ScorePlugin,
     Skips,
@@ -51,6 +52,8 @@ class Profile:
     """Filter name -> its ``explain_all``, for the filters that have one."""
     skippers: frozenset[str] = frozenset()
     """The filters that may say, after ``prepare``, that a decision gives them nothing to check."""
+    hinters: tuple[Hints, ...] = ()
+    """The enabled scores that may name a node of the chosen cluster to prefer."""
 
 
 @cache
@@ -77,7 +80,10 @@ def _profile(filters: frozenset[str], scores: frozenset[str]) -> Profile:
             preparers.append(plugin)
     explainers = {p.name: p.explain_all for p in enabled_filters if isinstance(p, Explains)}
     skippers = frozenset(p.name for p in enabled_filters if isinstance(p, Skips))
-    return Profile(enabled_filters, enabled_scores, tie_break, tuple(preparers), explainers, skippers)
+    hinters = tuple(plugin for plugin, _ in enabled_scores if isinstance(plugin, Hints))
+    return Profile(
+        enabled_filters, enabled_scores, tie_break, tuple(preparers), explainers, skippers, hinters
+    )
 
 
 def profile(filters: Sequence[str], scores: Sequence[str]) -> Profile:

@@ -121,6 +121,13 @@ federated_dag(
     annotations=sim(duration=8, logs=["work done"]),
 )
 federated_dag(
+    "fed_xcom_not_json",
+    deferrable=True,
+    poll_interval=1,
+    do_xcom_push=True,
+    annotations=sim(xcom="rows: 7 (YAML, not JSON)"),
+)
+federated_dag(
     "fed_deferrable_xcom",
     deferrable=True,
     do_xcom_push=True,
