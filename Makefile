@@ -5,10 +5,12 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
-# Tests run in parallel (pytest-xdist). Most of them wait on simulated clusters and Airflow processes
-# rather than compute, so more workers than the two cores pay (docs/development.md has the figures);
-# WORKERS=0 runs them in this process, one after another.
-WORKERS ?= 4
+# `make test` runs the tests one after another until its parallel run is green on a loaded 2-core machine
+# (docs/development.md, "Parallel runs"); WORKERS=4 runs them in four pytest-xdist workers. `make
+# test-fast` (no Airflow process) runs in FAST_WORKERS workers: most tests wait on simulated clusters
+# rather than compute, so more workers than the two cores pay.
+WORKERS ?= 0
+FAST_WORKERS ?= 4
 XDIST := -n $(WORKERS) --dist loadgroup
 # The tiers `make test-fast` runs (tests/tiers.py): no Airflow database, no Airflow process, no browser.
 FAST_TIERS := unit or property or sim
@@ -42,7 +44,7 @@ test: lint typecheck pytest
 
 # The inner loop: unit, property and simulator tests, no lint; PYTEST_ARGS narrows it further.
 test-fast: install
-	$(VENV)/bin/pytest $(XDIST) -m "$(FAST_TIERS)" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(FAST_WORKERS) --dist loadgroup -m "$(FAST_TIERS)" $(PYTEST_ARGS)
 
 demo: install
 	$(PY) -m airflow_provider_fedsched.demo
