@@ -213,16 +213,6 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
         **extra,
     )
 
-# Try 1 is lost to an outage, its pod written down; try 2 adopts the pod (test_contract.py).
-federated_dag(
-    "fed_outage_lost_retry",
-    clusters=["east-cpu", "west-general"],
-    unreachable_grace=3,
-    retries=1,
-    retry_delay=timedelta(seconds=15),
-    annotations=sim(duration=300, logs=["work done"]),
-)
-
 
 # Its pod's node goes NotReady past the grace: try 1 is lost; try 2 must not start a second copy while
 # that pod may still run there (test_contract.py).
