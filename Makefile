@@ -5,8 +5,17 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# `make test` runs the tests one after another until its parallel run is green on a loaded 2-core machine
+# (docs/development.md, "Parallel runs"); WORKERS=4 runs them in four pytest-xdist workers. `make
+# test-fast` (no Airflow process) runs in FAST_WORKERS workers: most tests wait on simulated clusters
+# rather than compute, so more workers than the two cores pay.
+WORKERS ?= 0
+FAST_WORKERS ?= 4
+XDIST := -n $(WORKERS) --dist loadgroup
+# The tiers `make test-fast` runs (tests/tiers.py): no Airflow database, no Airflow process, no browser.
+FAST_TIERS := unit or property or sim
 
-.PHONY: install test lint typecheck pytest demo demo-real bench clean soak soak-ci soak-sim soak-install testbed conformance
+.PHONY: install test test-fast lint typecheck pytest demo demo-real bench clean soak soak-ci soak-sim soak-install testbed conformance
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet 'uv>=0.13.9'
@@ -26,11 +35,16 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy airflow_provider_fedsched
 
+# Every tier but conformance and soak (pyproject's addopts leave those to their own targets).
 pytest: install
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 # pytest runs last so that its summary line ends the output.
 test: lint typecheck pytest
+
+# The inner loop: unit, property and simulator tests, no lint; PYTEST_ARGS narrows it further.
+test-fast: install
+	$(VENV)/bin/pytest -n $(FAST_WORKERS) --dist loadgroup -m "$(FAST_TIERS)" $(PYTEST_ARGS)
 
 demo: install
 	$(PY) -m airflow_provider_fedsched.demo

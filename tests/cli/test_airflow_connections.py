@@ -25,7 +25,7 @@ from cryptography.fernet import Fernet
 from airflow_provider_fedsched.sim import SimFederation
 from airflow_provider_fedsched.sim.config import conn_id
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.airflow  # `airflow db migrate`, `airflow connections add`: Airflow processes
 
 BIN = Path(sys.executable).parent
 DEAD_SERVER = "http://127.0.0.1:9"

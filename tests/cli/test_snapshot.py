@@ -12,7 +12,7 @@ import yaml
 from airflow_provider_fedsched import cli
 from airflow_provider_fedsched.sim import SimFederation
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.sim
 
 
 @pytest.fixture(scope="module")

@@ -113,7 +113,6 @@ def record_charges(hook: Any, now: datetime, charges: list[Charge]) -> None:
         )
 
 
-@pytest.mark.airflow
 def test_cost_report_from_the_deployments_charges(
     files: tuple[str, str], airflow_db: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,13 +7,9 @@ control plane is down.
 
 from __future__ import annotations
 
-import pytest
-
 from tests.operators.test_contract import (  # noqa: F401 - collected here, against the test bed
     creates,
     test_a_preemptible_task_moves_at_once_and_fences_its_old_pod,
     test_outage_longer_than_the_grace_fails_the_try_and_never_runs_the_work_twice,
     test_outage_while_running_shorter_than_the_grace_reattaches,
 )
-
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]

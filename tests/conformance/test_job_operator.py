@@ -28,8 +28,6 @@ from tests.operators.test_federated_job import (  # noqa: F401 - collected here,
     test_bad_parallelism_fails_at_the_start_naming_the_argument,
 )
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
-
 
 def _reservations_of(cluster: str) -> list[str]:
     from datetime import UTC, datetime

@@ -21,8 +21,6 @@ from airflow_provider_fedsched.testbed.rbac import (
     provider_token,
 )
 
-pytestmark = [pytest.mark.integration]
-
 
 def rules(path: Path, kind: str) -> list[dict[str, Any]]:
     return next(doc for doc in manifest(path) if doc["kind"] == kind)["rules"]
@@ -138,7 +136,6 @@ def test_snapshot_without_listing_nodes_names_the_permission(
     assert 'cannot list resource "nodes"' in row["reason"] and token not in row["reason"]
 
 
-@pytest.mark.airflow
 def test_task_without_creating_pods_fails_naming_the_permission(
     sim_federation: TestbedFederation, federation: Path, reduced: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,7 +27,6 @@ from tests.conformance.dags.long_pod_dags import SECONDS, dag_id, lines
 
 DAG_FILE = Path(__file__).parent / "dags" / "long_pod_dags.py"
 DAGS = [(mode, seconds) for seconds in SECONDS for mode in ("sync", "deferrable")]
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
 
 
 def _outside_the_state_dir() -> dict[str, set[str]]:

@@ -20,7 +20,6 @@ from airflow_provider_fedsched.sim import wait_for
 from airflow_provider_fedsched.testbed import TestbedFederation
 from tests.sim.conftest import pod_body, unique
 
-pytestmark = [pytest.mark.integration]
 LINES = ["first", "second", "third"]
 
 

@@ -7,8 +7,6 @@ evictions are played by kwok as the kubelet, logs and XCom are served by kwok's 
 
 from __future__ import annotations
 
-import pytest
-
 from tests.operators.test_federated_operator import (  # noqa: F401 - collected here, against the test bed
     background,
     test_a_member_whose_hard_quota_is_below_the_request_is_rejected_as_never_when_placed_elsewhere,
@@ -28,5 +26,3 @@ from tests.operators.test_federated_operator import (  # noqa: F401 - collected 
     test_unschedulable_pod_is_deleted_before_moving_on,
     test_waits_for_a_compliant_cluster_then_fails_with_the_reasons,
 )
-
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]

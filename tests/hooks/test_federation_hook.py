@@ -22,7 +22,6 @@ from airflow_provider_fedsched.hooks.federation import FederationHook, poll_inte
 from airflow_provider_fedsched.sim import SimFederation
 from airflow_provider_fedsched.state import AirflowVariableStateBackend, FederationState, MemoryStateBackend
 
-pytestmark = pytest.mark.integration
 TIME_SCALE = 0.1
 
 
@@ -163,6 +162,7 @@ def test_single_flight_refresh_one_cluster_read_for_many_concurrent_tasks(
     }
 
 
+@pytest.mark.sim  # starts a simulator of its own
 def test_reservations_prevent_over_placement_in_a_burst(tmp_path: Path) -> None:
     config = {
         "time_scale": TIME_SCALE,

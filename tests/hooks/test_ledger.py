@@ -21,7 +21,6 @@ from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation
 from airflow_provider_fedsched.state import AirflowVariableStateBackend, FederationState, MemoryStateBackend
 
-pytestmark = pytest.mark.integration
 SLOTS = 2
 WORKERS = 4
 

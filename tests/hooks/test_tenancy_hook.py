@@ -161,7 +161,6 @@ def place_from_worker_processes(tmp_path: Path, spec: dict[str, Any], workers: i
     return [outcome for result in results for outcome in result]
 
 
-@pytest.mark.airflow
 @pytest.mark.timeout(600)  # six Airflow worker processes start on a shared 2-core machine
 def test_quota_admission_from_many_worker_processes_does_not_over_admit(
     tmp_path: Path, airflow_db: None
@@ -223,7 +222,6 @@ def test_fair_share_is_judged_again_with_the_holds_other_workers_made_at_the_sam
     assert tenancy.admitted(hook, cpu("1"), "mine", "a", datetime.now(UTC)) is None
 
 
-@pytest.mark.airflow
 @pytest.mark.timeout(600)  # six Airflow worker processes start on a shared 2-core machine
 def test_fair_share_from_many_worker_processes_leaves_the_waiting_tenant_its_room(
     tmp_path: Path, airflow_db: None

@@ -17,7 +17,7 @@ from airflow_provider_fedsched.hooks.waiting import WaitFor, WaitWatch
 from airflow_provider_fedsched.sim import SimFederation
 from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.sim
 
 CONFIG = {
     "time_scale": 0.1,

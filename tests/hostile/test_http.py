@@ -156,7 +156,6 @@ SIM_CASES: list[tuple[str, str, str]] = [
 ]
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize(("query", "culprit"), [c[1:] for c in SIM_CASES], ids=[c[0] for c in SIM_CASES])
 def test_simulator_list_parameters_are_a_400(sim_server: tuple[str, str], query: str, culprit: str) -> None:
     url, token = sim_server

@@ -365,6 +365,7 @@ def test_sim_up_refuses_a_state_dir_holding_a_named_pipe_where_it_writes(tmp_pat
     assert stat.S_ISFIFO((state / name).stat().st_mode)  # left as it was
 
 
+@pytest.mark.sim  # starts a simulator of its own
 def test_sim_up_refuses_a_state_dir_a_running_simulator_serves(tmp_path: Path) -> None:
     from airflow_provider_fedsched.sim import SimFederation
 
@@ -385,6 +386,7 @@ def test_cost_on_a_spec_without_tenants_exits_2(tmp_path: Path) -> None:
     check(*run_bounded(lambda: cli_outcome(["cost", "--federation", str(path)])), "exit", 2, "no tenants")
 
 
+@pytest.mark.airflow  # four `fedsched` processes, each loading Airflow
 def test_commands_before_airflow_db_migrate_say_so_in_one_line(tmp_path: Path) -> None:
     """A fresh Airflow home, never migrated: one line naming `airflow db migrate`, exit 2, no traceback."""
     spec = tmp_path / "fed.yaml"
@@ -415,7 +417,6 @@ def raw_charge(cost: str, now: datetime) -> str:
     return '{"tenant": "team-b", "cost": ' + cost + f', "at": "{now.isoformat()}"}}'
 
 
-@pytest.mark.airflow
 def test_tenants_and_cost_commands_skip_malformed_variables_naming_them(
     airflow_db: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation, wait_for
 from tests.operators.test_federated_operator import path, pod_creates, pods_of, run
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 MODES = ["sync", "deferrable"]
 
 
@@ -36,16 +38,29 @@ def pod_of(fed: SimFederation, dag_id: str, cluster: str, phase: str) -> dict[st
 
 
 class Outage:
-    """Takes ``cluster`` down for ``seconds`` once the task's pod reaches ``phase``.
+    """Takes ``cluster`` down once the task's pod reaches ``phase``; up again after ``seconds``, or once
+    ``until()`` is true (an event: the pod ended meanwhile), or, with neither, when the ``with`` block
+    ends: for a try that must give up on the silent cluster, the outage then lasts exactly as long as the
+    try waited, however long that takes on a busy machine.
 
     Pending and Running last: a background thread sees them and takes the cluster down. A terminal phase
     is fleeting (the operator deletes the pod at once), so then the outage begins in the very store
     update that ends the pod (a listener of the simulated API server's store): no client reads it first.
     """
 
-    def __init__(self, fed: SimFederation, dag_id: str, cluster: str, phase: str, seconds: float) -> None:
+    def __init__(
+        self,
+        fed: SimFederation,
+        dag_id: str,
+        cluster: str,
+        phase: str,
+        seconds: float | None = None,
+        until: Callable[[], object] | None = None,
+    ) -> None:
         self.fed, self.dag_id, self.cluster, self.phase, self.seconds = fed, dag_id, cluster, phase, seconds
+        self.until = until
         self.down_at: float | None = None
+        self.lifted = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.terminal = phase in ("Succeeded", "Failed")
         self._down: set[asyncio.Future[None]] = set()
@@ -59,7 +74,12 @@ class Outage:
             self.down_at = time.monotonic()
         else:
             wait_for(lambda: self.down_at is not None, timeout=120, interval=0.05)
-        time.sleep(self.seconds)
+        if self.until is not None:
+            wait_for(self.until, timeout=120, interval=0.2)
+        elif self.seconds is None:
+            self.lifted.wait()
+        else:
+            time.sleep(self.seconds)
         self.fed[self.cluster].faults.up()
 
     def _on_event(self, event: Any) -> None:  # in the simulator's thread
@@ -87,6 +107,7 @@ class Outage:
         handle = self.fed[self.cluster]
         if self.terminal:
             handle.call(handle.store.listeners.remove, self._on_event)
+        self.lifted.set()
         self.thread.join(timeout=180)
         handle.faults.up()
         if exc[0] is None:
@@ -144,7 +165,11 @@ def test_a_pod_that_succeeded_during_the_outage_is_adopted_never_rerun(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str, capfd: Any
 ) -> None:
     dag_id = f"fed_outage_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):  # the pod runs 4 s
+
+    def ended() -> object:  # the outage lasts until the pod has Succeeded (it runs 4 s)
+        return pod_of(sim_federation, dag_id, "east-cpu", "Succeeded")
+
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", until=ended):
         state, record, _ = run(dag_id)
 
     assert state == "success" and record is not None
@@ -158,7 +183,7 @@ def test_outage_longer_than_the_grace_fails_the_try_and_never_runs_the_work_twic
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
 ) -> None:
     dag_id = f"fed_outage_lost_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=12):
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
         state, record, _ = run(dag_id)
         assert state == "failed" and record is not None
         assert creates() == 1  # west-general was allowed, but the work was not started there
@@ -180,6 +205,8 @@ def test_the_end_of_any_try_cleans_up_a_pod_left_in_a_cluster_that_answers_again
     because the load had ended and no decision refreshed that cluster's snapshot. Every try now refreshes,
     at its end, the snapshots of clusters where pods are written down."""
     dag_id = "fed_outage_lost_sync"
+    # A fixed outage, longer than the try: the try's own end finds east-cpu silent, and the cluster is
+    # back only later, when nothing but the next try's end (in another DAG) can clean it.
     with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):
         state, record, _ = run(dag_id)
         assert state == "failed" and record is not None
@@ -191,7 +218,9 @@ def test_the_end_of_any_try_cleans_up_a_pod_left_in_a_cluster_that_answers_again
 
     assert other == "success"
     assert FederationHook().orphans("east-cpu") == []
-    assert pods_of(sim_federation, dag_id) == []
+    # Deleted by that try's end with the pod's grace period: the outage lifted while the pod still ran,
+    # so it may be terminating for that long before it is gone.
+    wait_for(lambda: pods_of(sim_federation, dag_id) == [], timeout=30, message="the swept pod is gone")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -202,7 +231,7 @@ def test_outage_while_pending_longer_than_the_grace_fails_the_try_and_never_runs
     east = sim_federation["east-cpu"]
     east.scheduler.pause()  # the pod stays Pending while its cluster is down
     try:
-        with Outage(sim_federation, dag_id, "east-cpu", "Pending", seconds=12):
+        with Outage(sim_federation, dag_id, "east-cpu", "Pending"):
             state, record, _ = run(dag_id)
             assert state == "failed" and record is not None
             assert creates() == 1  # a Pending pod may still start: the work is not started elsewhere
@@ -235,7 +264,7 @@ def test_a_preemptible_task_moves_at_once_and_fences_its_old_pod(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str, capfd: Any
 ) -> None:
     dag_id = f"fed_outage_preemptible_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=20) as outage:
+    with Outage(sim_federation, dag_id, "east-cpu", "Running") as outage:
         state, record, _ = run(dag_id)
         moved_at = time.monotonic()
         assert state == "success" and record is not None
@@ -434,9 +463,24 @@ def test_a_retry_adopts_the_pod_its_earlier_try_wrote_down_and_takes_it_off_the_
 ) -> None:
     """Try 1 gives up on a silent cluster and writes its pod down; try 2 finds the pod running there and
     adopts it. The pod must leave the orphan list, or the next snapshot would delete work being watched."""
+    from tests.operators import outage_trigger
+
     dag_id = "fed_outage_lost_retry"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=10):
-        state, record, _ = run(dag_id)
+    east = sim_federation["east-cpu"]
+    tries: list[int] = []
+
+    def before_looking(try_number: int) -> None:
+        tries.append(try_number)
+        if try_number == 2:  # the cluster answers again as try 2 looks for try 1's pod
+            east.faults.up()
+
+    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = before_looking
+    try:
+        with Outage(sim_federation, dag_id, "east-cpu", "Running"):
+            state, record, _ = run(dag_id)
+    finally:
+        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
+    assert tries == [1, 2]
     assert state == "success" and record is not None
     assert record["try_number"] == 2
     (attempt,) = record["attempts"]
@@ -610,7 +654,17 @@ def test_a_fenced_pod_that_ran_to_the_end_unseen_is_not_run_again(
     answered again, the snapshot that deleted the fenced pod found it Succeeded and wrote that down: the
     task takes that result instead of running the work a second time there."""
     dag_id = f"fed_fenced_ran_to_the_end_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):
+    # The waiting task takes a snapshot of east-cpu again once its last one is older than half the TTL:
+    # 10 s here rather than the fixture's 60 s (the snapshot may be retaken while the cluster is still
+    # silent; the test asserts what the first one that finds it answering does).
+    spec = yaml.safe_load(federation.read_text())
+    spec["policy"]["snapshot_ttl_seconds"] = 20
+    federation.write_text(yaml.safe_dump(spec))
+
+    def ended() -> object:  # the outage lasts until the fenced pod ran to the end (2 s)
+        return pod_of(sim_federation, dag_id, "east-cpu", "Succeeded")
+
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", until=ended):
         state, record, _ = run(dag_id)
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "unreachable"), ("east-cpu", "succeeded")]
@@ -620,6 +674,18 @@ def test_a_fenced_pod_that_ran_to_the_end_unseen_is_not_run_again(
     assert pods_of(sim_federation, dag_id) == []
     orphans = FederationHook().state.orphans
     assert not orphans.was_swept_succeeded("east-cpu", left["namespace"], left["pod"])  # taken: forgotten
+
+
+@pytest.fixture
+def short_gone_timeout(monkeypatch: pytest.MonkeyPatch) -> float:
+    """How long a try waits for a deletion to be confirmed before it counts as not confirmed
+    (``GONE_TIMEOUT``, 60 s in production): 5 s, for a test whose pod is never confirmed gone (its node
+    does not answer), so that any length gives the same outcome. Set wherever the operators import it."""
+    seconds = 5.0
+    for name, module in list(sys.modules.items()):
+        if name.startswith("airflow_provider_fedsched.operators") and hasattr(module, "GONE_TIMEOUT"):
+            monkeypatch.setattr(module, "GONE_TIMEOUT", seconds)
+    return seconds
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -696,7 +762,7 @@ def test_a_failed_pod_whose_delete_was_refused_does_not_outlive_its_try(
 
 @pytest.mark.timeout(600)
 def test_a_pod_on_a_node_that_stopped_answering_is_never_run_a_second_time(
-    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], short_gone_timeout: float
 ) -> None:
     """Soak finding (CeleryExecutor): a task's pod kept running on a node that went NotReady; the try was
     lost past the grace and its pod deleted with no grace period, which removes it from the API at once

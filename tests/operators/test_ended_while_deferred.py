@@ -24,7 +24,7 @@ from airflow_provider_fedsched.sim import SimFederation, wait_for
 from tests import airflow_harness
 from tests.operators.test_federated_operator import DAG_FILE, placement_of_run
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 DAG_ID = "fed_deferred_ended"
 
 SECRET_MARKERS = (

@@ -21,7 +21,7 @@ from tests.operators import test_federated_operator as pod_tests
 from tests.operators.test_contract import Outage
 
 DAG_FILE = Path(__file__).parent / "dags" / "federated_job_dags.py"
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 xcom = pod_tests.xcom
 background = pod_tests.background  # the fixture, shared with the pod operator's tests
 
@@ -191,7 +191,7 @@ def test_an_outage_longer_than_the_grace_fails_the_try_lost_and_the_job_is_swept
     sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
 ) -> None:
     dag_id = f"gang_outage_lost_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=12):
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
         state, record = run(dag_id)
         assert state == "failed" and record is not None
         assert job_creates() == 1  # north-gpu could take the gang: it was not started there
@@ -212,7 +212,7 @@ def test_a_preemptible_gang_moves_at_once_and_its_old_job_is_fenced(
     sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int], mode: str
 ) -> None:
     dag_id = f"gang_outage_preemptible_{mode}"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=20):
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
         state, record = run(dag_id)
         assert state == "success" and record is not None
         assert path(record) == [("east-cpu", "unreachable"), ("north-gpu", "succeeded")]
@@ -243,8 +243,33 @@ def test_a_retry_adopts_the_earlier_tries_job_and_never_creates_a_second(
 ) -> None:
     """Try 1 is lost to an outage past the grace (its Job written down); try 2 starts once the cluster
     answers and adopts that Job, still running or already complete, instead of running the gang again."""
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=12):
-        dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
+    from tests.operators import outage_trigger
+
+    east = sim_federation["east-cpu"]
+    tries: list[int] = []
+
+    def complete() -> bool:
+        return any(
+            condition["type"] == "Complete" and condition["status"] == "True"
+            for job in east.jobs()
+            if (job["metadata"].get("labels") or {}).get("dag_id") == dag_id
+            for condition in (job.get("status") or {}).get("conditions") or []
+        )
+
+    def before_looking(try_number: int) -> None:
+        tries.append(try_number)
+        if try_number == 2:  # the cluster answers again as try 2 looks for try 1's Job
+            if found == "had already completed":  # which ran to the end while its cluster was silent
+                wait_for(complete, timeout=120, interval=0.1)
+            east.faults.up()
+
+    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = before_looking
+    try:
+        with Outage(sim_federation, dag_id, "east-cpu", "Running"):
+            dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
+    finally:
+        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
+    assert tries == [1, 2]
     state = airflow_harness.task_states(dag_run)["work"]
     raw = xcom(dag_run, "fedsched_placement")
     record = json.loads(raw) if isinstance(raw, str) else raw

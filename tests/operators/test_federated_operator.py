@@ -23,7 +23,7 @@ from airflow_provider_fedsched.sim import SimFederation, wait_for
 from tests import airflow_harness
 
 DAG_FILE = Path(__file__).parent / "dags" / "federated_dags.py"
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 
 
 def xcom(dag_run: Any, key: str, task_id: str = "work") -> Any:

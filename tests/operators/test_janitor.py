@@ -19,14 +19,14 @@ from tests.operators.test_contract import Outage
 from tests.operators.test_ended_while_deferred import triggerer_running
 from tests.operators.test_federated_operator import pods_of, run
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 
 
 def test_the_triggerer_deletes_a_pod_written_down_after_the_last_try_ended(
     sim_federation: SimFederation, federation: Path
 ) -> None:
     dag_id = "fed_outage_lost_sync"
-    with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=8):
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
         state, record, _ = run(dag_id)
         assert state == "failed" and record is not None
     (attempt,) = record["attempts"]

@@ -16,7 +16,7 @@ from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation
 from airflow_provider_fedsched.triggers.pod import LATE_START, FederatedPodTrigger
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 
 
 def start_pod(fed: SimFederation, cluster: str, name: str, duration: float) -> None:

@@ -15,7 +15,7 @@ from airflow_provider_fedsched.kube.labels import PREEMPTIBLE_LABEL, TENANT_LABE
 from airflow_provider_fedsched.sim import SimFederation, wait_for
 from tests.operators.test_federated_operator import path, pods_of, run
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 
 TENANTS = [
     {"name": "team-a", "quota": {"cpu": "4"}, "guaranteed": {"cpu": "4"}},

@@ -37,7 +37,7 @@ def restored_environment() -> Iterator[None]:
         del os.environ[key]
 
 
-@pytest.mark.integration
+@pytest.mark.sim
 def test_dry_run_prints_plans_for_the_scheduled_federated_dag_only(
     dags_folder: Path, capsys: pytest.CaptureFixture[str], restored_environment: None
 ) -> None:
@@ -90,6 +90,7 @@ def test_bad_input_exits_2_naming_the_option(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.airflow  # two `fedsched plan` processes, each parsing DAG files with Airflow
 def test_the_table_comes_without_airflows_log_unless_verbose(tmp_path: Path) -> None:
     """A fresh process, as from cron: Airflow logs every DAG file it parses unless told otherwise."""
     folder = tmp_path / "dags"

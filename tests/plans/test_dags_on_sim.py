@@ -17,7 +17,7 @@ from tests import airflow_harness
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 PERIODIC = EXAMPLES / "example_periodic_federated_dag.py"
 PLANNER = EXAMPLES / "fedsched_planner_dag.py"
-pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.airflow]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from airflow_provider_fedsched.plugins.history import cluster_overview
 from airflow_provider_fedsched.sim import SimFederation
 from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.sim
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ import yaml
 from airflow_provider_fedsched.plugins.paths import decision_path
 from tests.plugins.browser import Browser, ensure_chromium
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS_IMAGES = REPO / "docs" / "images"

@@ -41,6 +41,7 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.sim  # starts a simulator of its own
 def test_port_in_use_is_reported() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -50,6 +51,7 @@ def test_port_in_use_is_reported() -> None:
             SimFederation({"clusters": [{"name": "busy", "port": port}]}).start()
 
 
+@pytest.mark.sim  # starts a simulator of its own
 def test_ports_are_stable_across_restarts(tmp_path: Path) -> None:
     config = {"time_scale": 0.02, "clusters": [{"name": "a"}, {"name": "b"}]}
     with SimFederation(config, state_dir=tmp_path) as first:
@@ -71,6 +73,7 @@ def test_ports_are_stable_across_restarts(tmp_path: Path) -> None:
             assert moved["a"].port != ports["a"] and moved["b"].port == ports["b"]
 
 
+@pytest.mark.sim  # starts a simulator of its own
 def test_explicit_port_is_honoured() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -101,6 +104,7 @@ def test_generated_files(fed: SimFederation) -> None:
     assert len(gpu_nodes) == 4 and gpu_nodes[0]["spec"]["taints"][0]["key"] == "nvidia.com/gpu"
 
 
+@pytest.mark.sim  # starts a simulator of its own
 def test_a_member_s_namespace_is_its_spec_s_connection_s_and_kubeconfig_s(tmp_path: Path) -> None:
     config = {
         "time_scale": 0.02,
@@ -122,6 +126,7 @@ def test_a_member_s_namespace_is_its_spec_s_connection_s_and_kubeconfig_s(tmp_pa
         parse_config({"clusters": [{"name": "a", "namespace": "Team_A"}]})
 
 
+@pytest.mark.sim  # `fedsched sim up` in a process of its own
 def test_cli_up_fault_and_clean_stop(tmp_path: Path) -> None:
     state = tmp_path / "state"
     proc = subprocess.Popen(

@@ -370,7 +370,7 @@ def test_a_gang_jobs_pods_are_one_copy_of_the_work_and_two_gangs_that_succeeded_
     assert result.duplicates == 1
 
 
-@pytest.mark.integration
+@pytest.mark.sim
 def test_the_auditor_reads_a_simulated_clusters_journal_over_http(tmp_path: Any) -> None:
     """Two pods of one task both run to Succeeded on a real simulated cluster: one duplicate; a third pod
     that is never deleted is left behind; the auditor sees them through the control endpoint."""

@@ -12,13 +12,28 @@ from kubernetes.client import models as k8s
 from airflow_provider_fedsched.operators.federated_job import FederatedKubernetesJobOperator
 
 
-def gang_dag(dag_id: str, duration: float = 2, logs: list[str] | None = None, **operator_args: Any) -> DAG:
+class _LooksForEarlierJobOperator(FederatedKubernetesJobOperator):
+    def _adopt_earlier(self, context: Any) -> Any:
+        from tests.operators import outage_trigger
+
+        if outage_trigger.BEFORE_LOOKING_FOR_EARLIER is not None:
+            outage_trigger.BEFORE_LOOKING_FOR_EARLIER(context["ti"].try_number)
+        return super()._adopt_earlier(context)
+
+
+def gang_dag(
+    dag_id: str,
+    duration: float = 2,
+    logs: list[str] | None = None,
+    operator: type[FederatedKubernetesJobOperator] = FederatedKubernetesJobOperator,
+    **operator_args: Any,
+) -> DAG:
     annotations = {"sim.fedsched.io/duration": str(duration)}
     if logs:
         annotations["sim.fedsched.io/logs"] = json.dumps(logs)
     args: dict[str, Any] = {"parallelism": 3, "completions": 3, "retries": 0, **operator_args}
     with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False) as dag:
-        FederatedKubernetesJobOperator(
+        operator(
             task_id="work",
             name="gang",
             image="busybox:1.36",
@@ -64,14 +79,15 @@ for _mode, _deferrable in (("sync", False), ("deferrable", True)):
         checkpoint="s3://bucket/ckpt",
         deferrable=_deferrable,
     )
-# Try 1 is lost to the outage; try 2 starts once the cluster answers again and adopts try 1's Job.
+# Try 1 is lost to the outage; try 2 adopts try 1's Job (the cluster answers again as try 2 looks for it).
 for _name, _duration in (("gang_retry_adopts_running", 300), ("gang_retry_adopts_complete", 60)):
     gang_dag(
         _name,
+        operator=_LooksForEarlierJobOperator,
         duration=_duration,
         unreachable_grace=3,
         retries=1,
-        retry_delay=timedelta(seconds=15),
+        retry_delay=timedelta(seconds=1),
         logs=["gang work done"],
     )
 # Deferred between polls, then ended by a user (its timer trigger deletes nothing): the sweep deletes it.
