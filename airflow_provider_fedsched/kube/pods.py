@@ -157,6 +157,10 @@ class PodNotDeleted(TemporaryError):
         self.cluster, self.namespace, self.name = cluster, namespace, name
 
 
+XCOM_READS = 3
+"""How many times the XCom sidecar is read when its exec session brings back no output."""
+
+
 class FederatedPodManager(PodManager):
     """A PodManager for one member cluster whose reads are bounded and keep the attempt's :class:`Watch`."""
 
@@ -185,16 +189,36 @@ class FederatedPodManager(PodManager):
         went silent: the stream may have ended before the container did."""
 
     def extract_xcom_json(self, pod: k8s.V1Pod) -> str:
-        """The provider's read of the XCom sidecar's ``return.json``; what it read is named when it is not
-        JSON (the provider's error gives only the parser's position, which says nothing of what came back)."""
-        try:
-            return str(super().extract_xcom_json(pod))
-        except json.JSONDecodeError as exc:
-            raise XComRetrievalError(
-                f"the XCom of pod {pod.metadata.namespace}/{pod.metadata.name} in cluster {self.cluster} is "
-                f"not JSON ({exc.msg} at char {exc.pos}): {exc.doc[:200]!r}"
-                f"{' (first 200 of ' + str(len(exc.doc)) + ' characters)' if len(exc.doc) > 200 else ''}"
-            ) from exc
+        """The provider's read of the XCom sidecar's ``return.json``, read again when the exec session
+        brought back no output at all, and with what it read named when that is not JSON.
+
+        The sidecar's command always prints something (the file, or the provider's empty-result marker),
+        so an empty answer is an exec stream that closed before its output arrived, not an answer: the
+        provider would parse it and fail the task with "Expecting value". Reading is idempotent and the
+        sidecar runs until the caller kills it, so the read is repeated (:data:`XCOM_READS` in all)."""
+        name = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        for read in range(1, XCOM_READS + 1):
+            try:
+                result = str(super().extract_xcom_json(pod))
+            except json.JSONDecodeError as exc:
+                raise XComRetrievalError(
+                    f"the XCom of pod {name} in cluster {self.cluster} is "
+                    f"not JSON ({exc.msg} at char {exc.pos}): {exc.doc[:200]!r}"
+                    f"{' (first 200 of ' + str(len(exc.doc)) + ' characters)' if len(exc.doc) > 200 else ''}"
+                ) from exc
+            if result.strip():
+                return result
+            self.log.warning(
+                "The XCom sidecar of pod %s in cluster %s answered nothing (read %d of %d)",
+                name,
+                self.cluster,
+                read,
+                XCOM_READS,
+            )
+        raise XComRetrievalError(
+            f"the XCom sidecar of pod {name} in cluster {self.cluster} answered nothing {XCOM_READS} times "
+            "(it prints the result or an empty-result marker, so its exec output was lost)"
+        )
 
     # Reads -------------------------------------------------------------------------------------------
     def observe(self, namespace: str, name: str, *, events: bool = True, node: bool = False) -> Observation:
