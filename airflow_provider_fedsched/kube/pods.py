@@ -157,13 +157,6 @@ class PodNotDeleted(TemporaryError):
         self.cluster, self.namespace, self.name = cluster, namespace, name
 
 
-XCOM_READS = 3
-"""How many times the XCom sidecar is read when its exec session brings back no output."""
-XCOM_REREAD_SECONDS = 0.5
-"""The pause before the second read (twice that before the third): on the test bed, three reads 7 ms apart
-all came back empty."""
-
-
 class FederatedPodManager(PodManager):
     """A PodManager for one member cluster whose reads are bounded and keep the attempt's :class:`Watch`."""
 
@@ -192,38 +185,25 @@ class FederatedPodManager(PodManager):
         went silent: the stream may have ended before the container did."""
 
     def extract_xcom_json(self, pod: k8s.V1Pod) -> str:
-        """The provider's read of the XCom sidecar's ``return.json``, read again when the exec session
-        brought back no output at all, and with what it read named when that is not JSON.
-
-        The sidecar's command always prints something (the file, or the provider's empty-result marker),
-        so an empty answer is an exec stream that closed before its output arrived, not an answer: the
-        provider would parse it and fail the task with "Expecting value". Reading is idempotent and the
-        sidecar runs until the caller kills it, so the read is repeated (:data:`XCOM_READS` in all)."""
+        """The provider's read of the XCom sidecar's ``return.json``, failing with the pod, the cluster and
+        what came back when that is not JSON. The sidecar always prints the file or the provider's
+        empty-result marker, so no output at all is an exec that did not run (the provider would parse it
+        and fail with only "Expecting value")."""
         name = f"{pod.metadata.namespace}/{pod.metadata.name}"
-        for read in range(1, XCOM_READS + 1):
-            try:
-                result = str(super().extract_xcom_json(pod))
-            except json.JSONDecodeError as exc:
-                raise XComRetrievalError(
-                    f"the XCom of pod {name} in cluster {self.cluster} is "
-                    f"not JSON ({exc.msg} at char {exc.pos}): {exc.doc[:200]!r}"
-                    f"{' (first 200 of ' + str(len(exc.doc)) + ' characters)' if len(exc.doc) > 200 else ''}"
-                ) from exc
-            if result.strip():
-                return result
-            self.log.warning(
-                "The XCom sidecar of pod %s in cluster %s answered nothing (read %d of %d)",
-                name,
-                self.cluster,
-                read,
-                XCOM_READS,
+        try:
+            result = str(super().extract_xcom_json(pod))
+        except json.JSONDecodeError as exc:
+            raise XComRetrievalError(
+                f"the XCom of pod {name} in cluster {self.cluster} is "
+                f"not JSON ({exc.msg} at char {exc.pos}): {exc.doc[:200]!r}"
+                f"{' (first 200 of ' + str(len(exc.doc)) + ' characters)' if len(exc.doc) > 200 else ''}"
+            ) from exc
+        if not result.strip():
+            raise XComRetrievalError(
+                f"the XCom sidecar of pod {name} in cluster {self.cluster} answered nothing (it prints the "
+                "result or an empty-result marker, so the exec did not run)"
             )
-            if read < XCOM_READS:
-                time.sleep(XCOM_REREAD_SECONDS * read)  # an exec that ended at once: give the session time
-        raise XComRetrievalError(
-            f"the XCom sidecar of pod {name} in cluster {self.cluster} answered nothing {XCOM_READS} times "
-            "(it prints the result or an empty-result marker, so its exec output was lost)"
-        )
+        return result
 
     # Reads -------------------------------------------------------------------------------------------
     def observe(self, namespace: str, name: str, *, events: bool = True, node: bool = False) -> Observation:

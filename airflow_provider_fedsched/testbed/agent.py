@@ -24,7 +24,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import websocket
 from kubernetes import client, watch
 
 from airflow_provider_fedsched.sim.apiserver.nodeagent import LogBuffer
@@ -35,6 +37,8 @@ from airflow_provider_fedsched.testbed.stages import PREPARED, SIDECAR, SIDECAR_
 
 log = logging.getLogger(__name__)
 NOBODY = 65534
+KWOK_EXEC_WAIT = 30.0
+"""How long a pod waits for kwok to know its Exec before it starts anyway (with a warning)."""
 _PGREP = """#!/bin/sh
 # The XCom sidecar is stopped with `kill -2 $(pgrep -u $(id -u) -f 'sh')`: mark it killed for the
 # test bed (a kwok Stage ends the sidecar) and name this exec session's shell, which the kill ends too.
@@ -96,6 +100,7 @@ class PodAgent:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.root = root
+        self.kwok_port = kwok_port
         self.time_scale = time_scale
         self.shims = root / "bin"
         self.root.mkdir(parents=True, exist_ok=True)
@@ -277,7 +282,29 @@ class PodAgent:
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
+        self._wait_for_kwok_exec(namespace, name, pod["spec"]["containers"][0]["name"])
         self._annotate(namespace, name, uid, PREPARED)
+
+    def _wait_for_kwok_exec(self, namespace: str, name: str, container: str) -> None:
+        """Until kwok can exec in the pod: it reads Exec objects from an informer cache, and on a loaded
+        machine a pod whose container ends at once was asked for its XCom before kwok had seen its Exec
+        ("no exec found", on the exec's error channel: the client read no output at all). A kubelet
+        can exec in a container as soon as it runs, so the pod starts only once kwok can."""
+        url = (
+            f"ws://127.0.0.1:{self.kwok_port}/exec/{quote(namespace)}/{quote(name)}/{quote(container)}"
+            "?command=true&output=1&error=1"
+        )
+        deadline = time.monotonic() + KWOK_EXEC_WAIT
+        while not self._stop.is_set():
+            answer = _exec_error(url)
+            if not any(marker in answer for marker in ("no exec found", "exec target not found")):
+                return
+            if time.monotonic() > deadline:
+                log.warning(
+                    "test bed agent: kwok has no exec for %s/%s after %ss", namespace, name, KWOK_EXEC_WAIT
+                )
+                return
+            self._stop.wait(0.1)
 
     def _annotate(self, namespace: str, name: str, uid: str, key: str) -> None:
         # The uid in the patch is a precondition: a newer pod of the same name is never marked.
@@ -301,6 +328,27 @@ class PodAgent:
                                 exc.status,
                                 exc.reason,
                             )
+
+
+def _exec_error(url: str) -> str:
+    """What one exec through kwok's streaming protocol says on its error channel ("" when it says nothing
+    or the connection fails: only kwok's own "no exec found" answer means "not yet")."""
+    try:
+        session = websocket.create_connection(url, subprotocols=["v4.channel.k8s.io"], timeout=5)
+    except (OSError, websocket.WebSocketException):
+        return ""
+    errors = b""
+    try:
+        while True:
+            frame = session.recv()
+            data = frame.encode() if isinstance(frame, str) else frame
+            if data[:1] == b"\x03":
+                errors += data[1:]
+    except (OSError, websocket.WebSocketException):
+        pass
+    finally:
+        session.close()
+    return errors.decode(errors="replace")
 
 
 def _key(pod: dict[str, Any]) -> tuple[str, str]:
