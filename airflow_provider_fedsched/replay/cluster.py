@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from airflow_provider_fedsched.federation import ClusterSnapshot, NodeSnapshot, Taint
+from airflow_provider_fedsched.federation import ClusterSnapshot, NodeSnapshot, Taint, TaskRequest
+from airflow_provider_fedsched.federation.request import Toleration
 from airflow_provider_fedsched.replay.topology import GPU_MILLI, GPU_SPEC_LABEL
 from airflow_provider_fedsched.replay.workload import Node, Task
 
@@ -58,6 +59,29 @@ def node_labels(model: str, specs: Iterable[str]) -> dict[str, str]:
 
 def gpu_spec_selector(spec: str) -> dict[str, str]:
     return {GPU_SPEC_LABEL + spec: "true"} if spec else {}
+
+
+GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists")
+
+
+def task_request(
+    task: Task, resources: dict[str, int], *, clusters: list[str] | None, expected_seconds: float
+) -> TaskRequest:
+    """The request the engine judges for a replayed task (built without validation: the trace's values
+    are checked when it is read)."""
+    return TaskRequest.model_construct(
+        resources=resources,
+        node_selector=gpu_spec_selector(task.gpu_spec),
+        cluster_selector={},
+        tolerations=[GPU_TOLERATION] if task.gpu_milli else [],
+        datasets=list(task.datasets),
+        prefer_region=None,
+        prefer_group=None,
+        clusters=clusters,
+        namespace="default",
+        expected_duration_seconds=expected_seconds,
+        preemptible=task.preemptible,
+    )
 
 
 @dataclass(slots=True)

@@ -33,7 +33,7 @@ from airflow_provider_fedsched.federation.fragmentation import Ints
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import NodeGpus, WorkloadShape
 from airflow_provider_fedsched.replay.binders import Member, kube_default
-from airflow_provider_fedsched.replay.cluster import MIB, gpu_spec_selector, node_labels, pod_requests
+from airflow_provider_fedsched.replay.cluster import MIB, node_labels, pod_requests, task_request
 from airflow_provider_fedsched.replay.fragmentation import (
     Federated,
     PodList,
@@ -44,7 +44,7 @@ from airflow_provider_fedsched.replay.fragmentation import (
     fragmentation_ratio,
 )
 from airflow_provider_fedsched.replay.policies import Pricing
-from airflow_provider_fedsched.replay.simulator import EPOCH, GPU_TOLERATION
+from airflow_provider_fedsched.replay.simulator import EPOCH
 from airflow_provider_fedsched.replay.topology import GPU_MILLI
 from airflow_provider_fedsched.replay.workload import Node, Task
 
@@ -129,19 +129,7 @@ class _Snapshots:
 
 
 def _request(task: Task) -> TaskRequest:
-    return TaskRequest.model_construct(
-        resources=pod_requests(task),
-        node_selector=gpu_spec_selector(task.gpu_spec),
-        cluster_selector={},
-        tolerations=[GPU_TOLERATION] if task.gpu_milli else [],
-        datasets=list(task.datasets),
-        prefer_region=None,
-        prefer_group=None,
-        clusters=None,
-        namespace="default",
-        expected_duration_seconds=task.run,
-        preemptible=task.preemptible,
-    )
+    return task_request(task, pod_requests(task), clusters=None, expected_seconds=task.run)
 
 
 def run_fedsched(

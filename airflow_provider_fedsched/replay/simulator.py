@@ -17,15 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from airflow_provider_fedsched.federation import ClusterSnapshot, FederationEngine, TaskRequest, Toleration
+from airflow_provider_fedsched.federation import ClusterSnapshot, FederationEngine, TaskRequest
 from airflow_provider_fedsched.federation.cycle import FederationView, FixedState
 from airflow_provider_fedsched.replay.cluster import (
     USAGE_MARGIN,
     ClusterState,
     Running,
-    gpu_spec_selector,
     node_admits,
     pod_requests,
+    task_request,
 )
 from airflow_provider_fedsched.replay.metrics import Ledger
 from airflow_provider_fedsched.replay.policies import ClusterInfo, Pricing, make_router
@@ -38,7 +38,6 @@ EPOCH = datetime(2025, 6, 1, tzinfo=UTC)
 """Virtual time 0 as a timestamp (the engine wants aware datetimes)."""
 
 ARRIVE, FINISH, TIDE, GRACE, RETRY = range(5)
-GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists")
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,18 +306,11 @@ class _Replay:
         }
 
     def request(self, task: Task, borrowing: bool) -> TaskRequest:
-        return TaskRequest.model_construct(
-            resources=dict(self.requests_of(task)),
-            node_selector=gpu_spec_selector(task.gpu_spec),
-            cluster_selector={},
-            tolerations=[GPU_TOLERATION] if task.gpu_milli else [],
-            datasets=list(task.datasets),
-            prefer_region=None,
-            prefer_group=None,
+        return task_request(
+            task,
+            dict(self.requests_of(task)),
             clusters=[task.home] if task.pinned and task.home else None,
-            namespace="default",
-            expected_duration_seconds=max(0.0, task.run - self.state[task.name].done),
-            preemptible=task.preemptible,
+            expected_seconds=max(0.0, task.run - self.state[task.name].done),
         )
 
     def in_flight(self, borrowing: bool) -> dict[str, list[dict[str, int]]]:
