@@ -203,9 +203,14 @@ def run(args: argparse.Namespace) -> int:
         )
     except ReplayInputError as exc:
         raise UsageError(str(exc)) from None
-    if args.plot is not None:
-        from airflow_provider_fedsched.replay.report import plot
+    from airflow_provider_fedsched.replay.report import plot, render_table
 
+    return _emit(args, report, plot, render_table)
+
+
+def _emit(args: argparse.Namespace, report: Any, plot: Any, render: Any) -> int:
+    """Either protocol's report: its plot with ``--plot``, then JSON with ``--json`` or the table."""
+    if args.plot is not None:
         try:
             plot(report, args.plot)
         except OSError as exc:
@@ -213,9 +218,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        from airflow_provider_fedsched.replay.report import render_table
-
-        print(render_table(report), end="")
+        print(render(report), end="")
     return EXIT_OK
 
 
@@ -271,16 +274,7 @@ def _run_fragmentation(args: argparse.Namespace) -> int:
             )
     except ReplayInputError as exc:
         raise UsageError(str(exc)) from None
-    if args.plot is not None:
-        try:
-            plot_fragmentation(report, args.plot)
-        except OSError as exc:
-            raise UsageError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(render_fragmentation(report), end="")
-    return EXIT_OK
+    return _emit(args, report, plot_fragmentation, render_fragmentation)
 
 
 def _names(text: str | None) -> list[str] | None:
