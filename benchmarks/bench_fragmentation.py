@@ -30,20 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_provider_fedsched.replay.fragmentation import Protocol, read_pod_list
+from airflow_provider_fedsched.replay.fragmentation import PUBLISHED, Protocol, read_pod_list
 from airflow_provider_fedsched.replay.fragmentation_run import run_protocol
 from airflow_provider_fedsched.replay.report import plot_fragmentation, render_fragmentation
 from airflow_provider_fedsched.replay.workload import read_nodes
 
 IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
-PUBLISHED = {  # the authors' expected results: mean of seeds 42-51, default list, GPU nodes, % at 100 / 130
-    "Random": (86.30, 87.47),
-    "DotProd": (90.62, 90.85),
-    "GpuClustering": (91.65, 91.88),
-    "GpuPacking": (91.78, 92.00),
-    "BestFit": (92.86, 93.08),
-    "FGD": (95.23, 95.39),
-}
 
 
 def main() -> None:

@@ -8,19 +8,10 @@ small sample pinned here; ``docs/replay.md`` has all ten.
 
 from __future__ import annotations
 
-from airflow_provider_fedsched.replay.fragmentation import arrivals, read_pod_list, run_binder
+from airflow_provider_fedsched.replay.fragmentation import PUBLISHED, arrivals, read_pod_list, run_binder
 from airflow_provider_fedsched.replay.fragmentation_run import summarize
 from airflow_provider_fedsched.replay.workload import read_nodes
 from tests.replay.test_alibaba_trace import trace_folder
-
-PUBLISHED = {
-    "Random": (86.30, 87.47),
-    "DotProd": (90.62, 90.85),
-    "GpuClustering": (91.65, 91.88),
-    "GpuPacking": (91.78, 92.00),
-    "BestFit": (92.86, 93.08),
-    "FGD": (95.23, 95.39),
-}
 
 
 def test_the_six_binders_reproduce_the_published_allocation_within_half_a_point() -> None:
