@@ -34,7 +34,7 @@ and ``deadline`` (the wait's deadline passed).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -43,6 +43,7 @@ from airflow_provider_fedsched.federation._errors import PermanentError
 __all__ = [
     "EVENT_VERSION",
     "KINDS",
+    "AnyEvent",
     "Cancelled",
     "Changed",
     "Deadline",
@@ -154,40 +155,25 @@ class Deadline(WaitEvent):
     status: Literal["deadline"] = "deadline"
 
 
-KINDS: dict[str, type[Event]] = {
-    kind.model_fields["status"].default: kind
-    for kind in (
-        Done,
-        Evicted,
-        Unschedulable,
-        Gone,
-        Lost,
-        Timeout,
-        FencedDone,
-        Error,
-        Cancelled,
-        Changed,
-        Deadline,
-    )
-}
+AnyEvent = (
+    Done
+    | Evicted
+    | Unschedulable
+    | Gone
+    | Lost
+    | Timeout
+    | FencedDone
+    | Error
+    | Cancelled
+    | Changed
+    | Deadline
+)
+"""Every kind of event, told apart by ``status``: the one list of kinds."""
+
+KINDS: dict[str, type[Event]] = {kind.model_fields["status"].default: kind for kind in get_args(AnyEvent)}
 """Each kind of event by its ``status``."""
 
-_ANY_EVENT: TypeAdapter[Event] = TypeAdapter(
-    Annotated[
-        Done
-        | Evicted
-        | Unschedulable
-        | Gone
-        | Lost
-        | Timeout
-        | FencedDone
-        | Error
-        | Cancelled
-        | Changed
-        | Deadline,
-        Field(discriminator="status"),
-    ]
-)
+_ANY_EVENT: TypeAdapter[Event] = TypeAdapter(Annotated[AnyEvent, Field(discriminator="status")])
 _TAGS = frozenset(KINDS)
 _MAX_DETAIL = 300
 
