@@ -21,6 +21,7 @@ import os
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 NOBODY = 65534
 KWOK_EXEC_WAIT = 30.0
 """How long a pod waits for kwok to know its Exec before it starts anyway (with a warning)."""
+PREPARERS = 8
+"""Pods prepared at once: one pod's wait for kwok never holds up another's start."""
 _PGREP = """#!/bin/sh
 # The XCom sidecar is stopped with `kill -2 $(pgrep -u $(id -u) -f 'sh')`: mark it killed for the
 # test bed (a kwok Stage ends the sidecar) and name this exec session's shell, which the kill ends too.
@@ -114,6 +117,9 @@ class PodAgent:
         self._watch: watch.Watch | None = None
         self._sidecars: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) still running a sidecar
         self._outputs: dict[tuple[str, str], PodOutput] = {}  # (namespace, name): only on the endpoint loop
+        # uid -> set once the pod is deleted, for each pod being prepared (single dict operations only)
+        self._preparing: dict[str, threading.Event] = {}
+        self._preparers = ThreadPoolExecutor(PREPARERS, thread_name_prefix=f"testbed-prepare-{root.name}")
         self.endpoint = NodeEndpoint(
             self,
             port=node_port,
@@ -140,6 +146,7 @@ class PodAgent:
             self._watch.stop()
         self._thread.join(timeout=10)
         self._poller.join(timeout=10)
+        self._preparers.shutdown(wait=True, cancel_futures=True)
         self.endpoint.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -195,6 +202,9 @@ class PodAgent:
         uid = meta["uid"]
         if kind == "DELETED":
             self._sidecars.pop(uid, None)
+            gone = self._preparing.pop(uid, None)
+            if gone is not None:
+                gone.set()
             self.endpoint.call(self._forget, _key(pod), uid)
             shutil.rmtree(self.root / uid, ignore_errors=True)
             return
@@ -206,12 +216,24 @@ class PodAgent:
         if SIDECAR in containers and annotations.get(SIDECAR_KILLED) != "true":
             self._sidecars[uid] = (meta["namespace"], meta["name"])
         if annotations.get(PREPARED) == "true" or meta.get("deletionTimestamp"):
+            gone = self._preparing.pop(uid, None)
+            if gone is not None and meta.get("deletionTimestamp"):
+                gone.set()
             return
+        if uid in self._preparing:
+            return
+        gone = self._preparing[uid] = threading.Event()
+        self._preparers.submit(self._prepare_logged, pod, gone)
+
+    def _prepare_logged(self, pod: dict[str, Any], gone: threading.Event) -> None:
+        meta = pod["metadata"]
         try:
-            self._prepare(pod)
-        except client.ApiException as exc:
-            if exc.status not in (404, 409):
+            self._prepare(pod, gone)
+        except Exception as exc:
+            if not (isinstance(exc, client.ApiException) and exc.status in (404, 409)):
                 log.warning("test bed agent: preparing %s/%s: %s", meta["namespace"], meta["name"], exc)
+            # The pod's next event prepares it again.
+            self._preparing.pop(meta["uid"], None)
 
     # -- what the containers print (on the endpoint's loop) -----------------------------------------------
     def _follow_states(self, pod: dict[str, Any]) -> None:
@@ -253,7 +275,7 @@ class PodAgent:
             _finish(output)
 
     # -- what the containers leave (exec) -----------------------------------------------------------------
-    def _prepare(self, pod: dict[str, Any]) -> None:
+    def _prepare(self, pod: dict[str, Any], gone: threading.Event) -> None:
         meta = pod["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         directory = self.root / uid
@@ -282,29 +304,31 @@ class PodAgent:
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
-        self._wait_for_kwok_exec(namespace, name, pod["spec"]["containers"][0]["name"])
-        self._annotate(namespace, name, uid, PREPARED)
+        if self._wait_for_kwok_exec(namespace, name, pod["spec"]["containers"][0]["name"], gone):
+            self._annotate(namespace, name, uid, PREPARED)
 
-    def _wait_for_kwok_exec(self, namespace: str, name: str, container: str) -> None:
+    def _wait_for_kwok_exec(self, namespace: str, name: str, container: str, gone: threading.Event) -> bool:
         """Until kwok can exec in the pod: it reads Exec objects from an informer cache, and on a loaded
         machine a pod whose container ends at once was asked for its XCom before kwok had seen its Exec
         ("no exec found", on the exec's error channel: the client read no output at all). A kubelet
-        can exec in a container as soon as it runs, so the pod starts only once kwok can."""
+        can exec in a container as soon as it runs, so the pod starts only once kwok can. False when the
+        pod was deleted meanwhile (kwok never learns of an Exec whose pod is gone: no wait for it)."""
         url = (
             f"ws://127.0.0.1:{self.kwok_port}/exec/{quote(namespace)}/{quote(name)}/{quote(container)}"
             "?command=true&output=1&error=1"
         )
         deadline = time.monotonic() + KWOK_EXEC_WAIT
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not gone.is_set():
             answer = _exec_error(url)
             if not any(marker in answer for marker in ("no exec found", "exec target not found")):
-                return
+                return True
             if time.monotonic() > deadline:
                 log.warning(
                     "test bed agent: kwok has no exec for %s/%s after %ss", namespace, name, KWOK_EXEC_WAIT
                 )
-                return
-            self._stop.wait(0.1)
+                return True
+            gone.wait(0.1)
+        return False
 
     def _annotate(self, namespace: str, name: str, uid: str, key: str) -> None:
         # The uid in the patch is a precondition: a newer pod of the same name is never marked.

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from airflow_provider_fedsched.sim import wait_for
 from airflow_provider_fedsched.testbed import TestbedFederation
+from airflow_provider_fedsched.testbed.agent import KWOK_EXEC_WAIT
 from tests.sim.conftest import pod_body, unique
 
 LINES = ["first", "second", "third"]
@@ -84,4 +85,21 @@ def test_the_xcom_sidecar_is_read_and_stopped_as_in_a_real_pod(core: client.Core
         message="the pod completes once its sidecar was killed",
     )
     assert not Path("/airflow").exists()
+    core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+
+
+def test_pods_deleted_before_they_start_do_not_hold_up_the_next_pods_start(core: client.CoreV1Api) -> None:
+    # kwok never learns of the Exec of a pod that is gone; the agent stops waiting for it, and prepares
+    # each pod on its own, so the next pod starts as soon as kwok knows its own Exec.
+    for _ in range(3):
+        gone = unique("gone")
+        core.create_namespaced_pod("default", pod_body(gone, annotations={"sim.fedsched.io/duration": "5"}))
+        core.delete_namespaced_pod(gone, "default", grace_period_seconds=0)
+    name = unique("next")
+    core.create_namespaced_pod("default", pod_body(name, annotations={"sim.fedsched.io/duration": "5"}))
+    wait_for(
+        lambda: core.read_namespaced_pod(name, "default").status.phase == "Running",
+        KWOK_EXEC_WAIT,
+        message=f"pod {name} running before a gone pod's wait for kwok would have ended",
+    )
     core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
