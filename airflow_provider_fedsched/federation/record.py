@@ -6,6 +6,7 @@ continues it) and publishes it as the XCom ``fedsched_placement``; the Federatio
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Any, Literal, get_args
 
@@ -134,6 +135,19 @@ class PlacementRecord(BaseModel):
             c, gb = attempt.accrued_cost(until)
             cost, egress = cost + c, egress + gb
         return round(cost, 6), round(egress, 6)
+
+    @property
+    def placement_prefix(self) -> str:
+        """What every placement id of this try starts with: a digest of the task instance and try, so that
+        a member's ledger entry names the try it belongs to (the audit finds a try's entries by it)."""
+        digest = hashlib.sha256(
+            f"{self.dag_id}/{self.run_id}/{self.task_id}/{self.map_index}/{self.try_number}".encode()
+        ).hexdigest()[:16]
+        return f"{digest}-"
+
+    def placement_id(self, number: int) -> str:
+        """The placement id of this try's cluster attempt ``number`` (its ledger entry, its pod's label)."""
+        return f"{self.placement_prefix}{number}"
 
     @property
     def current(self) -> Attempt | None:

@@ -4,7 +4,6 @@ outlives its supervisor."""
 from __future__ import annotations
 
 import copy
-import hashlib
 import os
 import signal
 from collections.abc import Iterable
@@ -32,13 +31,6 @@ ENV_CHECKPOINT = "FEDSCHED_CHECKPOINT"
 ENV_RESUME = "FEDSCHED_RESUME"
 
 
-def placement_id(record: PlacementRecord, number: int) -> str:
-    digest = hashlib.sha256(
-        f"{record.dag_id}/{record.run_id}/{record.task_id}/{record.map_index}/{record.try_number}".encode()
-    ).hexdigest()[:16]
-    return f"{digest}-{number}"
-
-
 def record_digest(record: PlacementRecord) -> str:
     return task_digest(record.dag_id, record.run_id, record.task_id, record.map_index)
 
@@ -58,7 +50,7 @@ def new_attempt(record: PlacementRecord, decision: Any, cluster: str, namespace:
         cluster=cluster,
         namespace=namespace,
         pod=name if number == 1 else f"{name[:58]}-c{number}",
-        placement_id=placement_id(record, number),
+        placement_id=record.placement_id(number),
         started_at=datetime.now(UTC),
         # An earlier pod that may have run (evicted, or left while unanswered) may have left a checkpoint.
         resumed_from_checkpoint=any(a.outcome in ("evicted", "unreachable") for a in record.attempts),

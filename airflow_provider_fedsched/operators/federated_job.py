@@ -176,9 +176,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         """A new attempt, unless the task was ended meanwhile (its reservation is then released)."""
         if self._killed:
             record = self._record
-            self.federation_hook.release(
-                str(decision.cluster), attempts.placement_id(record, len(record.attempts) + 1)
-            )
+            self.federation_hook.release(str(decision.cluster), record.placement_id(len(record.attempts) + 1))
             raise AirflowException("the task was ended: no job is created")
         return super()._launch(context, decision)
 

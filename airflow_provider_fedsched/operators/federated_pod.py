@@ -277,7 +277,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             records.stop_waiting(record)
             # The decision's snapshot may have swept a pod this task left in a silent cluster, and found
             # it Succeeded: then nothing is launched.
-            reserved = attempts.placement_id(record, len(record.attempts) + 1)
+            reserved = record.placement_id(len(record.attempts) + 1)
             if self._left_pod_succeeded(context):
                 self.federation_hook.release(str(decision.cluster), reserved)
                 return None
@@ -327,7 +327,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         watch = WaitWatch.start(
             self.federation_hook,
             self.task_request,
-            attempts.placement_id(record, len(record.attempts) + 1),
+            record.placement_id(len(record.attempts) + 1),
             decision.decided_at,
             exclude=record.excluded,
             excluded_at=record.excluded_at,
@@ -360,7 +360,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         """A valid precomputed plan for the first decision of a try, else a fresh one; either way the
         chosen cluster holds the request (a reservation) until its snapshot shows the pod."""
         record = self._record
-        placement_id = attempts.placement_id(record, len(record.attempts) + 1)
+        placement_id = record.placement_id(len(record.attempts) + 1)
         hook = self.federation_hook
         exclude = {**record.excluded, **record.impossible}
         if not record.decisions:

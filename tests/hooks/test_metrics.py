@@ -62,7 +62,7 @@ def test_decisions_latency_waits_failovers_cooldowns_cost_and_egress_reach_stats
     now = datetime.now(UTC)
     hook = hook_on(MemoryStateBackend(), now, {"team-a": {"cpu": 8000}})
     record = PlacementRecord(dag_id="d", run_id="r", task_id="t", try_number=1, started_at=now)
-    placed = hook.place(cpu("1", "team-b"), attempts.placement_id(record, 1))
+    placed = hook.place(cpu("1", "team-b"), record.placement_id(1))
     assert placed.placed
     assert hook.place(cpu("1"), "over-quota").outcome == "wait"
     hook.cool_down("b", "insufficient: quota")

@@ -247,7 +247,7 @@ def test_each_attempt_records_its_cost_failed_ones_included() -> None:
     hook = hook_on(MemoryStateBackend(), now)
     task = TaskRequest(resources={"cpu": 4000}, tenant="team-b", expected_duration_seconds=1800)
     record = PlacementRecord(dag_id="d", run_id="r", task_id="t", try_number=1, started_at=now)
-    first = hook.place(task, attempts.placement_id(record, 1))
+    first = hook.place(task, record.placement_id(1))
     # a: 4 cpu x 0.1 = 0.40/h; the cheapest compliant alternative is a itself.
     assert first.extra["cost"]["estimate"] == first.extra["cost"]["cheapest_compliant"]
     assert first.extra["cost"]["estimate"]["per_hour"] == 0.4
@@ -258,7 +258,7 @@ def test_each_attempt_records_its_cost_failed_ones_included() -> None:
     attempt.ended_at = attempt.running_at + timedelta(minutes=30)  # as if it ran half an hour
     records.charge(hook, record, attempt)
     assert attempt.cost == 0.2
-    second = hook.place(task, attempts.placement_id(record, 2), exclude={"a": "evicted"})
+    second = hook.place(task, record.placement_id(2), exclude={"a": "evicted"})
     assert second.cluster == "b" and second.extra["cost"]["cheapest_compliant"]["cluster"] == "b"
     retry = attempts.new_attempt(record, second, "b", "default", "pod")
     record.attempts.append(retry)
