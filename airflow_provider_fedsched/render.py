@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.plan import Plan
 
 __all__ = [
+    "audit_table",
     "cost_table",
     "decision_table",
     "placement_summary",
@@ -231,3 +232,46 @@ def cost_table(rows: Sequence[Mapping[str, Any]], by: str, width: int = 120) -> 
             f"{row['egress_gb']:g}",
         )
     return _text(width, table)
+
+
+def audit_table(report: Mapping[str, Any], width: int = 160) -> str:
+    """The sovereignty audit (``federation/audit.py``): one row per cluster a try placed work in, then the
+    totals and each member ledger that could not be read."""
+    from rich.table import Table
+    from rich.text import Text
+
+    header = report["header"]
+    table = Table(title=f"Sovereignty audit of federation {header['federation']}", show_lines=False)
+    for column in ("#", "verdict", "task", "try", "cluster", "region", "allowed", "seen in", "why"):
+        table.add_column(column, overflow="fold")
+    for entry in report["entries"]:
+        allowed = entry["allowed_regions"]
+        table.add_row(
+            *(
+                Text(str(cell))  # plain text: a region list in brackets is not rich markup
+                for cell in (
+                    entry["number"],
+                    entry["verdict"],
+                    f"{entry['dag_id']}.{entry['task_id']} @ {entry['run_id']}"
+                    + (f" [{entry['map_index']}]" if entry["map_index"] not in (None, -1) else ""),
+                    entry["try_number"] if entry["try_number"] is not None else "?",
+                    entry["cluster"] or "?",
+                    entry["region"] or "?",
+                    ", ".join(allowed) if allowed is not None else "?",
+                    "+".join(entry["seen_in"]) or "-",
+                    entry["reason"],
+                )
+            )
+        )
+    counts = header["verdicts"]
+    lines = [
+        f"{header['entries']} entries: {counts['compliant']} compliant, {counts['violation']} violation(s), "
+        f"{counts['unverifiable']} unverifiable; {header['records']['read']} record(s) read, "
+        f"{header['records']['unreadable']} unreadable"
+    ]
+    lines.extend(
+        f"ledger of {cluster} not read: {state}"
+        for cluster, state in header["ledgers"].items()
+        if state != "read"
+    )
+    return _text(width, table, *lines)

@@ -3,9 +3,9 @@
 Each verb is a module of this package with an ``add_parser(subparsers)`` that registers the verb and sets
 its handler; :data:`VERBS` lists them, one line per verb. Only the verb being run is imported (``fedsched
 place`` never loads Airflow or the Kubernetes clients), all of them only for ``fedsched --help`` or an
-unknown verb. Exit codes: 0 success, 2 bad input (a clear message naming the option or field at fault,
-never a traceback), 3 a placement whose answer is "wait" or "impossible", 141 when the reader of stdout
-went away (``| head``).
+unknown verb. Exit codes: 0 success, 1 a finding (``fedsched audit``: a violation; ``audit verify``: an
+altered report), 2 bad input (a clear message naming the option or field at fault, never a traceback),
+3 a placement whose answer is "wait" or "impossible", 141 when the reader of stdout went away (``| head``).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ VERBS: dict[str, str] = {
     "tenants": "tenants",
     "cost": "cost",
     "history": "history",
+    "audit": "audit",
 }
 # Verbs that drive the dev tools (sim/, testbed/, replay/), which the provider's wheel does not hold. Their
 # modules here import the tools inside their functions only; without the tools, naming the verb is one

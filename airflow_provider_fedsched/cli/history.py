@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
 from typing import Any
 
 from airflow_provider_fedsched.cli._common import (
@@ -40,31 +39,6 @@ def add_parser(subparsers: Any) -> None:
     exporter.set_defaults(handler=export)
 
 
-def _records(since: datetime | None, until: datetime | None, dag_id: str | None) -> tuple[list[Any], int]:
-    """Readable records in the window, and how many stored values were unreadable."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    from airflow_provider_fedsched.federation.record import XCOM_KEY
-    from airflow_provider_fedsched.plugins.history import UnreadableRecord, parse_record
-
-    query = select(XComModel.value).where(XComModel.key == XCOM_KEY)
-    if dag_id is not None:
-        query = query.where(XComModel.dag_id == dag_id)
-    records, unreadable = [], 0
-    with create_session() as session:
-        for (value,) in session.execute(query.order_by(XComModel.timestamp)):
-            try:
-                record = parse_record(value)
-            except UnreadableRecord:
-                unreadable += 1
-                continue
-            if (since is None or record.started_at >= since) and (until is None or record.started_at < until):
-                records.append(record)
-    return records, unreadable
-
-
 def export(args: argparse.Namespace) -> int:
     require_dev_tools()  # the pod list is the replay's (a dev tool)
     from airflow_provider_fedsched.replay.history import tasks_from_records
@@ -76,8 +50,14 @@ def export(args: argparse.Namespace) -> int:
         raise UsageError(f"--until: {args.until} is not after --since {args.since}")
     check_output(args.out, "--out")
     require_airflow_database("xcom")
-    records, unreadable = _records(since, until, args.dag_id)
-    result = tasks_from_records(records)
+    from airflow.utils.session import create_session
+
+    from airflow_provider_fedsched.plugins.history import records_between
+
+    with create_session() as session:
+        read = records_between(session, since, until, args.dag_id)
+    unreadable = len(read.unreadable)
+    result = tasks_from_records(read.records)
     try:
         write_pods(open_output(args.out, "--out"), result.tasks)
     except OSError as exc:

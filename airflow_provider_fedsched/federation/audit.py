@@ -51,8 +51,11 @@ FORMAT = "fedsched-audit-report"
 VERSION = 1
 VERDICTS = ("compliant", "violation", "unverifiable")
 Verdict = Literal["compliant", "violation", "unverifiable"]
-MAX_REPORT_BYTES = 256 * 2**20
-"""``audit verify`` reads at most this much: a report of 100,000 entries is about 100 MB."""
+MAX_REPORT_BYTES = 64 * 2**20
+"""``audit verify`` reads at most this much (a report of about 50,000 entries)."""
+MIN_BYTES_PER_VALUE = 8
+"""The exported form writes each value on its own indented line: a document denser than this (``[0,0,...``)
+is not a report, and is refused before it is parsed into millions of objects."""
 MAX_REPORT_DEPTH = 8
 """A report nests four levels deep; anything deeper is not one."""
 
@@ -425,6 +428,8 @@ def verify_report(data: bytes) -> Verification:
     if len(data) > MAX_REPORT_BYTES:
         raise NotAReport(f"{len(data):,} bytes, more than the {MAX_REPORT_BYTES:,} a report may hold")
     marker = f'"format": "{FORMAT}"'.encode()
+    if len(data) > 2**20 and data.count(b",") * MIN_BYTES_PER_VALUE > len(data):
+        raise NotAReport("not JSON in a report's shape (far more values than its size allows)")
     try:
         text = data.decode("utf-8")
         document = _loads(text)

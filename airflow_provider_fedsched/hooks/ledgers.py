@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_fedsched.federation.resources import ResourceList, add
 from airflow_provider_fedsched.kube.clients import shared_sync_client
-from airflow_provider_fedsched.kube.ledger import LedgerUnavailable, PlacementLedger
+from airflow_provider_fedsched.kube.ledger import LedgerUnavailable, PlacementLedger, lease_name
 from airflow_provider_fedsched.state import RESERVATION_TTL
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from airflow_provider_fedsched.federation.audit import LedgerReading
     from airflow_provider_fedsched.federation.request import TaskRequest
     from airflow_provider_fedsched.federation.spec import PolicySpec
     from airflow_provider_fedsched.hooks.parts import HookParts
@@ -122,3 +125,42 @@ def held(hook: HookParts, cluster: str) -> dict[str, Any]:
     """What the cluster's ledger holds now (for tests and the benchmark)."""
     ledger = _ledger(hook, cluster)
     return {} if ledger is None else {pid: e.requests for pid, e in ledger.held().items()}
+
+
+AUDIT_READERS = 8
+"""Members whose ledgers the audit reads at once (each read is bounded by the client's timeouts)."""
+
+
+def readings(hook: HookParts, clusters: Iterable[str]) -> dict[str, LedgerReading]:
+    """Each member's ledger for the audit, read now (never created, no cached unavailability): the
+    placement ids it holds, or why they cannot be told (``federation/audit.py`` judges with them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_provider_fedsched.federation.audit import LedgerReading
+
+    names = list(clusters)
+    if not enabled():
+        off = LedgerReading(None, "placement ledgers are off ([fedsched] placement_ledger = False)")
+        return dict.fromkeys(names, off)
+
+    def read(cluster: str) -> LedgerReading:
+        from airflow_provider_fedsched.kube.access import ClusterAccessError
+
+        try:
+            access = hook.access(cluster)
+            entries = PlacementLedger(shared_sync_client(access), access.namespace, hook.spec.name).peek()
+        except ClusterAccessError as exc:
+            return LedgerReading(None, f"cannot be reached: {exc}")
+        except LedgerUnavailable as exc:
+            return LedgerReading(None, str(exc))
+        except Exception as exc:  # no answer in time, TLS, DNS...: the reason, never the exception's text
+            return LedgerReading(None, f"did not answer ({type(exc).__name__})")
+        if entries is None:
+            return LedgerReading(
+                None,
+                f"keeps no ledger for federation '{hook.spec.name}' (no Lease {lease_name(hook.spec.name)})",
+            )
+        return LedgerReading(frozenset(entries))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(AUDIT_READERS, len(names)))) as pool:
+        return dict(zip(names, pool.map(read, names), strict=True))

@@ -222,6 +222,27 @@ class PlacementLedger:
     def held(self) -> dict[str, Entry]:
         return self.entries(self._read())
 
+    def peek(self) -> dict[str, Entry] | None:
+        """What the ledger holds, read without creating it (the audit writes nothing): None when the cluster
+        keeps no ledger for this federation; :class:`LedgerUnavailable` when it cannot be read, or its
+        annotation is not the ledger's JSON (then nothing it holds can be told)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise self._unavailable(exc) from exc
+        raw = (lease.metadata.annotations or {}).get(ANNOTATION)
+        try:
+            document = json.loads(raw) if raw is not None else {}
+        except ValueError:
+            document = None
+        if not isinstance(document, dict):
+            raise LedgerUnavailable(f"its Lease {self.name}'s {ANNOTATION} annotation is not a JSON object")
+        return self.entries(lease)
+
 
 def _pause(attempt: int, round_seconds: float) -> None:
     time.sleep(random.uniform(0.0, CONFLICT_PAUSE * round_seconds * min(attempt, 4)))

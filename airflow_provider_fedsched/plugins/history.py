@@ -255,6 +255,38 @@ def parse_record(value: Any) -> PlacementRecord:
         raise UnreadableRecord(f"not a placement record ({where}: {first.get('msg', 'invalid')})") from None
 
 
+@dataclass(frozen=True)
+class RecordsRead:
+    """The records of a window (:func:`records_between`), oldest first, and the values that were not."""
+
+    records: list[PlacementRecord]
+    unreadable: list[tuple[str, str, str, int, str]]
+    """``(dag_id, run_id, task_id, map_index, why)`` of each value under the key that is not a record."""
+
+
+def records_between(
+    session: Session, since: datetime | None = None, until: datetime | None = None, dag_id: str | None = None
+) -> RecordsRead:
+    """Every stored record whose try started in ``[since, until)`` (``fedsched history export``, ``fedsched
+    audit``); an unreadable value is kept by name, since when its try started cannot be told."""
+    xcom = _xcom()
+    query = select(xcom.dag_id, xcom.run_id, xcom.task_id, xcom.map_index, xcom.value).where(
+        xcom.key == XCOM_KEY
+    )
+    if dag_id is not None:
+        query = query.where(xcom.dag_id == dag_id)
+    found = RecordsRead([], [])
+    for row in session.execute(query.order_by(xcom.timestamp)):
+        try:
+            record = parse_record(row.value)
+        except UnreadableRecord as exc:
+            found.unreadable.append((row.dag_id, row.run_id, row.task_id, row.map_index, str(exc)))
+            continue
+        if (since is None or record.started_at >= since) and (until is None or record.started_at < until):
+            found.records.append(record)
+    return found
+
+
 def failed_over(record: PlacementRecord) -> bool:
     return any(attempt.outcome in LEFT_OUTCOMES for attempt in record.attempts)
 
