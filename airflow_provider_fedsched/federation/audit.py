@@ -435,7 +435,10 @@ def verify_report(data: bytes) -> Verification:
         document = _loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if marker in data:  # a report, damaged: it was altered
-            return Verification(0, f"it is no longer valid JSON ({_short(exc)}): it was altered after export")
+            where = _near(data, getattr(exc, "pos", None) if isinstance(exc, json.JSONDecodeError) else None)
+            return Verification(
+                0, f"it is no longer valid JSON{where} ({_short(exc)}): it was altered after export"
+            )
         raise NotAReport(f"not JSON ({_short(exc)})") from None
     header = document.get("header") if isinstance(document, dict) else None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
@@ -488,7 +491,7 @@ def verify_report(data: bytes) -> Verification:
 def _loads(text: str) -> Any:
     """``json.loads`` without NaN or infinities (the export never writes them), nested at most
     :data:`MAX_REPORT_DEPTH` levels (checked without recursion)."""
-    document = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    document = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_integer)
     stack: list[tuple[Any, int]] = [(document, 1)]
     while stack:
         item, depth = stack.pop()
@@ -503,11 +506,31 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"JSON has no {name}")
 
 
+def _integer(text: str) -> int | str:
+    """An integer; one too long for any count or index the export writes is kept as its digits (it then
+    fails its entry's hash, naming the entry, instead of Python's limit on converting digits failing the
+    whole parse)."""
+    return int(text) if len(text) <= 40 else text
+
+
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(f"the number {text[:40]} is beyond a float")
     return value
+
+
+def _near(data: bytes, position: int | None) -> str:
+    """Where in the exported form a parse error is: the header, or the entry it is in (by the entries' opening
+    lines, which the export indents by four spaces)."""
+    if position is None:
+        return ""
+    text = data[: position + 1].decode("utf-8", errors="replace")
+    if '\n  "header": {' in text:
+        return " in the header"
+    start = text.find('\n  "entries": [')
+    number = text.count("\n    {\n", start) if start >= 0 else 0
+    return f" near entry {number}" if number else ""
 
 
 def _label(entry: Any, number: int) -> str:

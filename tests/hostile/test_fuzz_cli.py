@@ -194,6 +194,17 @@ def verbs(files: dict[str, str]) -> dict[str, tuple[list[str], dict[str, list[st
             ["history", "export", "--out", files["out"]],
             {"--out": outputs, "--since": TIMES, "--until": TIMES, "--dag-id": NAMES},
         ),
+        "audit": (
+            ["audit", "--federation", spec],
+            {
+                "--federation": _inputs(files, "spec"),
+                "--since": TIMES,
+                "--until": TIMES,
+                "--dataset": NAMES,
+                "--json": FLAG,
+                "--csv": FLAG,
+            },
+        ),
         "sim status": (["sim", "status", "--state-dir", state], {"--state-dir": states, "--json": FLAG}),
         "sim fault": (
             ["sim", "fault", "--state-dir", state],
