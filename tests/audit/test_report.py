@@ -274,3 +274,16 @@ def test_any_single_byte_change_is_detected(exported: bytes, position: int, byte
 def test_what_is_not_a_report_says_so(data: bytes, message: str) -> None:
     with pytest.raises(NotAReport, match=message):
         verify_report(data)
+
+
+def test_the_table_lists_every_entry_and_each_ledger_not_read(spec: FederationSpec) -> None:
+    from airflow_provider_fedsched.render import audit_table
+
+    record = try_record("mapped", ["east-cpu"], ["eu-customers"])
+    record.map_index = 3
+    ledgers = {**all_read(spec), "east-cpu": LedgerReading(None, "did not answer (timeout)")}
+    table = audit_table(report_of(spec, [record], ledgers=ledgers))
+    assert "violation" in table and "etl.mapped @ manual__1 [3]" in table and "cn-east-1" in table
+    assert "1 entries: 0 compliant, 1 violation(s), 0 unverifiable" in table
+    assert "ledger of east-cpu not read: did not answer (timeout)" in table
+    assert "0 entries" in audit_table(report_of(spec, []))
