@@ -87,50 +87,35 @@ def _spec(path: str | None) -> FederationSpec:
         ) from None
 
 
-def _check_dataset(spec: FederationSpec, name: str) -> None:
-    from airflow_provider_fedsched.federation.audit import restricted_datasets
-
-    restricted = restricted_datasets(spec)
-    if name in restricted:
-        return
-    if any(dataset.name == name for dataset in spec.datasets):
-        raise common.UsageError(
-            f"--dataset: '{name}' has no allowed_regions in the spec: it may go anywhere, nothing to audit "
-            f"(restricted: {', '.join(sorted(restricted)) or 'none'})"
-        )
-    known = ", ".join(dataset.name for dataset in spec.datasets) or "none"
-    raise common.UsageError(f"--dataset: unknown dataset '{name[:60]}' (known: {known})")
-
-
 def run(args: argparse.Namespace) -> int:
     since = common.parse_time(args.since, "--since") if args.since else None
     until = common.parse_time(args.until, "--until") if args.until else None
     if since is not None and until is not None and until <= since:
         raise common.UsageError(f"--until: {args.until} is not after --since {args.since}")
     spec = _spec(args.federation)
+    from airflow_provider_fedsched.federation.audit import check_dataset, dump_report
+    from airflow_provider_fedsched.federation.spec import SpecError
+
     if args.dataset is not None:
-        _check_dataset(spec, args.dataset)
+        try:
+            check_dataset(spec, args.dataset, "--dataset")
+        except SpecError as exc:
+            raise common.UsageError(str(exc)) from None
     common.require_airflow_database("xcom")
     from airflow.utils.session import create_session
 
-    from airflow_provider_fedsched.federation.audit import UnreadableTry, build_report, dump_report
-    from airflow_provider_fedsched.hooks import ledgers
     from airflow_provider_fedsched.hooks.federation import FederationHook
-    from airflow_provider_fedsched.plugins.history import records_between
+    from airflow_provider_fedsched.plugins.history import audit_report
 
     with create_session() as session:
-        read = records_between(session, since, until)
-    hook = FederationHook(spec, state="airflow")
-    report = build_report(
-        spec,
-        read.records,
-        ledgers.readings(hook, [member.name for member in spec.clusters]),
-        generated_at=datetime.now(UTC),
-        unreadable=[UnreadableTry(*row) for row in read.unreadable],
-        since=since,
-        until=until,
-        dataset=args.dataset,
-    )
+        report = audit_report(
+            session,
+            FederationHook(spec, state="airflow"),
+            now=datetime.now(UTC),
+            since=since,
+            until=until,
+            dataset=args.dataset,
+        )
     if args.json:
         sys.stdout.write(dump_report(report))
     elif args.csv:

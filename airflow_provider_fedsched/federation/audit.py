@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
-from airflow_provider_fedsched.federation.spec import FederationSpec, spec_fingerprint
+from airflow_provider_fedsched.federation.spec import FederationSpec, SpecError, spec_fingerprint
 
 __all__ = [
     "FORMAT",
@@ -42,6 +42,7 @@ __all__ = [
     "Verification",
     "build_report",
     "canonical",
+    "check_dataset",
     "dump_report",
     "restricted_datasets",
     "verify_report",
@@ -117,6 +118,21 @@ def restricted_datasets(spec: FederationSpec) -> dict[str, dict[str, Any]]:
     }
 
 
+def check_dataset(spec: FederationSpec, name: str, field: str) -> None:
+    """``name`` is a restricted dataset of ``spec``; else :class:`SpecError` naming ``field`` and the known
+    ones (an unrestricted dataset may go anywhere: there is nothing to audit)."""
+    restricted = restricted_datasets(spec)
+    if name in restricted:
+        return
+    if any(dataset.name == name for dataset in spec.datasets):
+        raise SpecError(
+            f"{field}: '{name}' has no allowed_regions in the spec: it may go anywhere, nothing to audit "
+            f"(restricted: {', '.join(sorted(restricted)) or 'none'})"
+        )
+    known = ", ".join(dataset.name for dataset in spec.datasets) or "none"
+    raise SpecError(f"{field}: unknown dataset '{name[:60]}' (known: {known})")
+
+
 def build_report(
     spec: FederationSpec,
     records: Iterable[PlacementRecord],
@@ -127,9 +143,11 @@ def build_report(
     since: datetime | None = None,
     until: datetime | None = None,
     dataset: str | None = None,
+    scope: str | None = None,
 ) -> dict[str, Any]:
     """The chained report of every try in ``records`` that touched a restricted dataset (only ``dataset``
-    when given). ``ledgers``: every member's reading; a member missing from it counts as not read."""
+    when given). ``ledgers``: every member's reading; a member missing from it counts as not read.
+    ``scope``: which DAGs the records were limited to (None: every DAG)."""
     rules = restricted_datasets(spec)
     bodies: list[dict[str, Any]] = []
     read = 0
@@ -164,6 +182,7 @@ def build_report(
         "since": since.isoformat() if since is not None else None,
         "until": until.isoformat() if until is not None else None,
         "dataset": dataset,
+        "scope": scope or "every DAG",
         "restricted_datasets": [rules[name] for name in sorted(rules)],
         "ledgers": {member.name: _ledger(ledgers, member.name).describe() for member in spec.clusters},
         "records": {"read": read, "unreadable": skipped},

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 import airflow_provider_fedsched.plugins.history as history
@@ -23,7 +23,7 @@ import airflow_provider_fedsched.plugins.usage as usage
 from airflow_provider_fedsched.federation.costs import REPORT_GROUPS
 from airflow_provider_fedsched.plugins.paths import URL_PREFIX
 from airflow_provider_fedsched.state.stores import HISTORY_LIMIT
-from airflow_provider_fedsched.validation.http import MAX_MAP_INDEX, MAX_OFFSET, MAX_TRY_NUMBER
+from airflow_provider_fedsched.validation.http import MAX_ID_LENGTH, MAX_MAP_INDEX, MAX_OFFSET, MAX_TRY_NUMBER
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +255,57 @@ def create_app() -> FastAPI:
         """How long tries waited for their first placement, per wait-time bucket and tenant."""
         report = _from_federation("series", lambda hook, now: usage.waits(hook, now, days))
         return {**report, **report["series"]} if report["error"] is None else report
+
+    @api.get("/api/audit")
+    def audit(
+        session: SessionDep,
+        since: Annotated[datetime | None, Query(description="tries started at or after (ISO 8601)")] = None,
+        until: Annotated[datetime | None, Query(description="tries started before (ISO 8601)")] = None,
+        dataset: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
+        download: bool = False,
+        readable_dags: frozenset[str] | None = readable_dags_dep,
+    ) -> Response:
+        """The sovereignty audit (``fedsched audit --json``) of the DAGs the user may read, in the exported
+        form ``fedsched audit verify`` checks; ``download`` serves it as a file."""
+        from airflow_provider_fedsched.federation.audit import check_dataset, dump_report
+        from airflow_provider_fedsched.federation.limits import check_time
+        from airflow_provider_fedsched.federation.spec import SpecError
+
+        try:
+            since = check_time(since, "since") if since is not None else None
+            until = check_time(until, "until") if until is not None else None
+        except SpecError as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+        if since is not None and until is not None and until <= since:
+            raise HTTPException(status_code=422, detail="until: not after since")
+
+        def report(hook: Any, now: datetime) -> Any:
+            if dataset:
+                try:
+                    check_dataset(hook.spec, dataset, "dataset")
+                except SpecError as exc:
+                    raise usage.BadParameter("dataset", str(exc).removeprefix("dataset: ")) from None
+            return history.audit_report(
+                session,
+                hook,
+                now=now,
+                since=since,
+                until=until,
+                dataset=dataset or None,
+                dag_ids=readable_dags,
+            )
+
+        found = _from_federation("report", report)
+        if found["error"] is not None:
+            return JSONResponse(found)
+        document = found["report"]
+        headers = {"Cache-Control": "no-store"}
+        if download:
+            stamp = document["header"]["generated_at"][:19].replace(":", "")
+            headers["Content-Disposition"] = (
+                f'attachment; filename="audit-{document["header"]["federation"]}-{stamp}.json"'
+            )
+        return Response(dump_report(document), media_type="application/json", headers=headers)
 
     app.include_router(api)
     return app

@@ -265,16 +265,23 @@ class RecordsRead:
 
 
 def records_between(
-    session: Session, since: datetime | None = None, until: datetime | None = None, dag_id: str | None = None
+    session: Session,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    dag_id: str | None = None,
+    dag_ids: frozenset[str] | None = None,
 ) -> RecordsRead:
-    """Every stored record whose try started in ``[since, until)`` (``fedsched history export``, ``fedsched
-    audit``); an unreadable value is kept by name, since when its try started cannot be told."""
+    """Every stored record whose try started in ``[since, until)`` (``fedsched history export``, the audit),
+    of ``dag_id`` or ``dag_ids`` when given; an unreadable value is kept by name, since when its try started
+    cannot be told."""
     xcom = _xcom()
     query = select(xcom.dag_id, xcom.run_id, xcom.task_id, xcom.map_index, xcom.value).where(
         xcom.key == XCOM_KEY
     )
     if dag_id is not None:
         query = query.where(xcom.dag_id == dag_id)
+    if dag_ids is not None:
+        query = query.where(xcom.dag_id.in_(sorted(dag_ids)))
     found = RecordsRead([], [])
     for row in session.execute(query.order_by(xcom.timestamp)):
         try:
@@ -285,6 +292,37 @@ def records_between(
         if (since is None or record.started_at >= since) and (until is None or record.started_at < until):
             found.records.append(record)
     return found
+
+
+def audit_report(
+    session: Session,
+    hook: Any,
+    *,
+    now: datetime,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    dataset: str | None = None,
+    dag_ids: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """The sovereignty audit (``federation/audit.py``) of the records in the window, each member's ledger
+    read now through ``hook``: what ``fedsched audit`` prints and the page's Audit tab shows. ``dag_ids``:
+    only those DAGs' records (the DAGs the page's user may read), said in the report's scope."""
+    from airflow_provider_fedsched.federation.audit import UnreadableTry, build_report
+    from airflow_provider_fedsched.hooks import ledgers
+
+    spec = hook.spec
+    read = records_between(session, since, until, dag_ids=dag_ids)
+    return build_report(
+        spec,
+        read.records,
+        ledgers.readings(hook, [member.name for member in spec.clusters]),
+        generated_at=now,
+        unreadable=[UnreadableTry(*row) for row in read.unreadable],
+        since=since,
+        until=until,
+        dataset=dataset,
+        scope=None if dag_ids is None else "the DAGs the requesting user may read",
+    )
 
 
 def failed_over(record: PlacementRecord) -> bool:

@@ -368,6 +368,7 @@ API_PATHS = [
     "/fedsched/api/costs",
     "/fedsched/api/utilization",
     "/fedsched/api/waits",
+    "/fedsched/api/audit",
 ]
 
 
@@ -458,6 +459,39 @@ def test_page_in_chromium(airflow_site: dict[str, Any], tmp_path_factory: pytest
             browser.screenshot(images / "federation-in-airflow-ui.png", full_page=False)
         frame_text = browser.evaluate("document.querySelector('iframe').contentDocument.body.innerText")
         assert all(name in frame_text for name in airflow_site["clusters"])
+
+
+def test_the_audit_lists_the_run_s_sovereign_tries_compliant(
+    airflow_site: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The API server reads the records and each member's ledger through its connection: the tries that read
+    eu-customers and user-events are listed, every cluster they used is compliant, the export verifies, and
+    the page's Audit tab shows them."""
+    from airflow_provider_fedsched.federation.audit import dump_report, verify_report
+
+    status, report = airflow_site["api"].get("/fedsched/api/audit")
+    assert status == 200, report
+    ours = [e for e in report["entries"] if e["dag_id"] == DAG_ID and e["run_id"] == airflow_site["run_id"]]
+    assert {e["task_id"] for e in ours} == {"eu_customer_report", "nightly_etl"}
+    assert [e["verdict"] for e in ours] == ["compliant"] * len(ours), ours
+    assert set(report["header"]["ledgers"].values()) == {"read"}
+    assert verify_report(dump_report(report).encode()).ok
+
+    binary = ensure_chromium()
+    assert binary is not None, "chromium is not installed and could not be installed with apt-get"
+    base = airflow_site["base"]
+    with Browser(binary) as browser:
+        browser.set_cookie(base, "_token", airflow_site["api"].token)
+        browser.open(
+            f"{base}/fedsched/ui#audit",
+            ready="document.querySelectorAll('#audit-table tbody tr[data-verdict]').length > 0",
+        )
+        verdicts = browser.evaluate(
+            "[...document.querySelectorAll('#audit-table tbody tr')].map(tr => tr.dataset.verdict)"
+        )
+        assert verdicts and set(verdicts) == {"compliant"}, verdicts
+        assert "no violation" in browser.text()
+        browser.screenshot(screenshot_dir(tmp_path_factory) / "federation-audit.png")
 
 
 def js_money(value: float) -> str:

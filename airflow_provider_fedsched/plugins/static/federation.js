@@ -389,9 +389,56 @@ async function showDetail(row, key) {
   panel.scrollIntoView({ behavior: "smooth", block: "start" });
 }
 
+// --- Audit -------------------------------------------------------------------------------------------
+async function loadAudit(params) {
+  const body = document.querySelector("#audit-table tbody");
+  const error = document.getElementById("audit-error");
+  const summary = document.getElementById("audit-summary");
+  const query = new URLSearchParams(params);
+  document.getElementById("audit-download").href = `api/audit?${new URLSearchParams({ ...params, download: "true" })}`;
+  body.replaceChildren();
+  summary.textContent = "";
+  let data;
+  try {
+    data = await getJSON(`api/audit${query.toString() ? `?${query}` : ""}`);
+  } catch (e) {
+    error.hidden = false; error.textContent = `Cannot audit: ${e.message}`;
+    return;
+  }
+  error.hidden = !data.error;
+  error.textContent = data.error ? `The federation cannot be read: ${data.error}` : "";
+  if (data.error) return;
+  const h = data.header;
+  const unread = Object.entries(h.ledgers).filter(([, s]) => s !== "read");
+  summary.replaceChildren(
+    el("span", { class: `badge ${h.verdicts.violation ? "bad" : "ok"}` },
+      h.verdicts.violation ? `${h.verdicts.violation} violation(s)` : "no violation"),
+    ` ${h.entries} entries: ${h.verdicts.compliant} compliant, ${h.verdicts.unverifiable} unverifiable; `,
+    `${h.records.read} record(s) read, ${h.records.unreadable} unreadable.`,
+    unread.map(([cluster, why]) => el("div", { class: "small muted" }, `Ledger of ${cluster} not read: ${why}`)));
+  if (!data.entries.length) {
+    body.append(el("tr", {}, el("td", { colspan: 9, class: "empty" }, "No try read a restricted dataset in this window.")));
+  }
+  const kinds = { compliant: "ok", violation: "bad", unverifiable: "warn" };
+  for (const e of data.entries) {
+    body.append(el("tr", { "data-verdict": e.verdict },
+      el("td", { class: "num" }, e.number),
+      el("td", {}, el("span", { class: `badge ${kinds[e.verdict] || ""}` }, e.verdict)),
+      el("td", {}, `${e.dag_id}.${e.task_id}`, el("div", { class: "small muted" },
+        e.run_id, e.map_index !== null && e.map_index >= 0 ? ` [${e.map_index}]` : "")),
+      el("td", { class: "num" }, e.try_number ?? "?"),
+      el("td", {}, e.cluster || "?"),
+      el("td", {}, e.region || "?"),
+      el("td", { class: "small" }, e.allowed_regions ? e.allowed_regions.join(", ") : "?",
+        el("div", { class: "muted" }, e.datasets.map((d) => d.rule).join("; "))),
+      el("td", { class: "small" }, e.seen_in.join(" + ") || "–"),
+      el("td", { class: "small" }, e.reason)));
+  }
+}
+
 // --- Views and wiring --------------------------------------------------------------------------------
 function show(view) {
-  for (const name of ["clusters", "tenants", "placements"]) {
+  for (const name of ["clusters", "tenants", "placements", "audit"]) {
     document.getElementById(`view-${name}`).hidden = name !== view;
     document.getElementById(`tab-${name}`).setAttribute("aria-selected", String(name === view));
   }
@@ -411,6 +458,12 @@ async function route() {
       state.pendingDetail = null;
       await showDetail(wanted, [wanted.dag_id, wanted.run_id, wanted.task_id, wanted.map_index].join("\u0000"));
     }
+  } else if (view === "audit") {
+    const params = Object.fromEntries(new URLSearchParams(query || ""));
+    const form = document.getElementById("audit-filters");
+    for (const input of form.elements) if (input.name) input.value = params[input.name] || "";
+    show("audit");
+    await loadAudit(params);
   } else if (view === "tenants") {
     show("tenants");
     await loadTenants();
@@ -429,6 +482,13 @@ document.addEventListener("DOMContentLoaded", () => {
     const params = new URLSearchParams();
     for (const [key, value] of new FormData(form)) if (value) params.set(key, value);
     location.hash = `placements${params.toString() ? `?${params}` : ""}`;
+  });
+  const auditForm = document.getElementById("audit-filters");
+  auditForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const params = new URLSearchParams();
+    for (const [key, value] of new FormData(auditForm)) if (value) params.set(key, value);
+    location.hash = `audit${params.toString() ? `?${params}` : ""}`;
   });
   form.addEventListener("reset", () => setTimeout(() => { state.offset = 0; location.hash = "placements"; }));
   document.getElementById("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE_SIZE); loadPlacements(); });
