@@ -259,10 +259,10 @@ def _checked_shares(shares: Iterable[Share | Mapping[str, Any]], field: str) -> 
 
 
 def _deal(
-    count: int, shares: list[Share], parallelism: int
+    count: int, shares: list[Share], parallelism: int, overflow: bool
 ) -> tuple[list[tuple[Share, int]], dict[str, str]]:
-    """How many of ``count`` indices each share gets (at most ``parallelism`` members, each needs a pod),
-    and why the others get none."""
+    """How many of ``count`` indices each share gets (at most ``parallelism`` members, each needs a pod;
+    beyond their room only with ``overflow``), and why the others get none."""
     reasons: dict[str, str] = {}
     eligible = [share for share in shares if share.weight > 0]
     for share in shares:
@@ -279,7 +279,7 @@ def _deal(
     capacities = [share.capacity for share in eligible]
     room = min(count, sum(capacities))
     counts = _apportion(room, weights, capacities)
-    if count > room:  # every member is full: the rest by weight, to wait for room in its member
+    if count > room and overflow:  # every member is full: the rest by weight, to wait in its member
         counts = [a + b for a, b in zip(counts, _apportion(count - room, weights, None), strict=True)]
     return list(zip(eligible, counts, strict=True)), reasons
 
@@ -300,18 +300,20 @@ def divide(
     *,
     parallelism: int | None = None,
     excluded: Mapping[str, str] | None = None,
+    overflow: bool = True,
 ) -> Division:
     """Split indices ``0..completions-1`` over the members by ``shares`` (module docstring).
 
     ``parallelism`` (default ``completions``): how many pods of the job run at once, split over the slices.
     ``excluded``: member -> why it may not run the job (kept in the division's reasons). When no member has
-    a weight, every index is ``waiting``."""
+    a weight, every index is ``waiting``; ``overflow`` False: so is every index beyond the members' room
+    (they wait for room in the federation, placed later by :func:`rebalance`, instead of in a member)."""
     completions = check_int(completions, "completions", minimum=1, maximum=MAX_COMPLETIONS)
     parallelism = check_int(
         completions if parallelism is None else parallelism, "parallelism", minimum=1, maximum=completions
     )
     ordered = _checked_shares(shares, "shares")
-    counts, reasons = _deal(completions, ordered, parallelism)
+    counts, reasons = _deal(completions, ordered, parallelism, overflow)
     given = [(share, count) for share, count in counts if count > 0]
     pods = _split_parallelism(parallelism, [count for _, count in given]) if given else []
     slices: list[IndexSlice] = []
@@ -400,6 +402,7 @@ def divide_placement(
     parallelism: int | None = None,
     reservations: Mapping[str, ResourceList] | None = None,
     in_flight: Mapping[str, Sequence[ResourceList]] | None = None,
+    overflow: bool = True,
 ) -> Division:
     """:func:`divide` over :func:`shares_of`: the division of a job whose pod is ``request``, from the
     decision for that pod (``PlacementCycle.decide`` or ``FederationEngine.decide``) over ``snapshots``."""
@@ -407,7 +410,7 @@ def divide_placement(
     shares, excluded = shares_of(
         decision, request, spec, snapshots, reservations=reservations, in_flight=in_flight
     )
-    return divide(completions, shares, parallelism=parallelism, excluded=excluded)
+    return divide(completions, shares, parallelism=parallelism, excluded=excluded, overflow=overflow)
 
 
 # Rebalancing ------------------------------------------------------------------------------------------------
@@ -431,12 +434,14 @@ def rebalance(
     may_be_running: Iterable[int],
     rejected_cluster: str | None,
     shares: Iterable[Share | Mapping[str, Any]],
+    overflow: bool = True,
 ) -> Rebalance:
     """Move the indices of ``rejected_cluster``'s slice that have not ``succeeded`` (anywhere) and are not
     fenced (``may_be_running`` there), and any ``waiting`` index, to the other members by ``shares`` (as
     :func:`divide` deals them: room first, then weight). ``rejected_cluster`` None only places waiting
-    indices. Nothing else moves: a succeeded index is never run again, a fenced one stays until its member
-    answers or the grace ends (the caller's call: pass it again then, without it in ``may_be_running``).
+    indices (``overflow``: as in :func:`divide`). Nothing else moves: a succeeded index is never run again,
+    a fenced one stays until its member answers or the grace ends (the caller's call: pass it again then,
+    without it in ``may_be_running``).
 
     The rejected member keeps the indices that succeeded or are fenced there (what it ran, and what it may
     still be running); what no member may take now waits."""
@@ -465,7 +470,7 @@ def rebalance(
     unfinished = source_indices - done - fenced_all
     movable = sorted(unfinished | (set(division.waiting) - done))
     pods = source.parallelism if source is not None else division.parallelism
-    counts, reasons = _deal(len(movable), ordered, pods)
+    counts, reasons = _deal(len(movable), ordered, pods, overflow)
     moved: list[IndexSlice] = []
     receiving: dict[str, list[int]] = {}
     start = 0

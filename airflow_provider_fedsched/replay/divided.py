@@ -11,7 +11,11 @@ indices at once (``parallelism`` = ``completions``).
 Both modes decide through the real engine on snapshots of the replay's own state, with the pods sent and
 not yet bound as in-flight reservations. *Whole*: the engine's decision for the gang (``GangFit``: room
 for every pod on one member now), else the job waits. *Divided*: the engine's decision for one pod, then
-:func:`~federation.division.divide_placement`; the job waits only while no member has room for one pod.
+:func:`~federation.division.divide_placement`; the job waits only while no member has room for one pod,
+and the indices beyond the members' room wait in the members, dealt by weight (``overflow``).
+*Divided in room*: the same, but the indices beyond the room wait in the federation and are dealt
+(:func:`~federation.division.rebalance`) as members free room, so a later job's pods are not queued
+behind them.
 Pods are bound by each member's scheduler (``ClusterState.pick_node``); a pod with no room yet waits in
 its member, first come first bound. Waiting jobs are decided again ``retry_seconds`` after capacity
 frees, in arrival order. No failovers (no member rejects a slice here), no tide.
@@ -33,7 +37,13 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from airflow_provider_fedsched.federation import ClusterSnapshot, FederationEngine, TaskRequest
-from airflow_provider_fedsched.federation.division import divide_placement
+from airflow_provider_fedsched.federation.division import (
+    Division,
+    IndexSlice,
+    divide_placement,
+    rebalance,
+    shares_of,
+)
 from airflow_provider_fedsched.federation.request import GangRole
 from airflow_provider_fedsched.replay.cluster import ClusterState, Running, pod_requests, task_request
 from airflow_provider_fedsched.replay.simulator import EPOCH
@@ -42,8 +52,8 @@ from airflow_provider_fedsched.replay.workload import Task
 
 __all__ = ["JOB_SIZES", "MODES", "DividedResult", "Job", "jobs_from_pods", "replay_jobs"]
 
-Mode = Literal["whole", "divided"]
-MODES: tuple[Mode, ...] = ("whole", "divided")
+Mode = Literal["whole", "divided", "divided-in-room"]
+MODES: tuple[Mode, ...] = ("whole", "divided", "divided-in-room")
 JOB_SIZES = (4, 8, 16, 32)
 """Indices per job, drawn uniformly (seeded): the shards of a batch job."""
 
@@ -140,6 +150,8 @@ class _JobState:
     """One index's request."""
     request: TaskRequest | None = None
     """What the engine judges: the pod's request (divided) or the gang's (whole)."""
+    division: Division | None = None
+    """Divided: which member runs which indices, and which wait for room in the federation."""
 
 
 @dataclass(slots=True)
@@ -245,20 +257,43 @@ class _Replay:
             return False
         if self.mode == "whole":
             assert decision.cluster is not None
-            pieces = [(decision.cluster, list(range(job.completions)), job.completions)]
+            pieces = [
+                IndexSlice(
+                    cluster=decision.cluster, indices=tuple(range(job.completions)), parallelism=len(job.runs)
+                )
+            ]
+            left, state.members = False, 1
         else:
-            division = divide_placement(
-                decision, pod, self.federation.spec, snapshots, job.completions, in_flight=in_flight
-            )
-            if not division.placed:
-                return False
-            pieces = [(p.cluster, list(p.indices), p.parallelism) for p in division.slices]
-        state.members = len(pieces)
-        for cluster, indices, parallelism in pieces:
-            piece = _Slice(job, cluster, indices, parallelism)
+            overflow = self.mode == "divided"
+            if state.division is None:
+                state.division = divide_placement(
+                    decision,
+                    pod,
+                    self.federation.spec,
+                    snapshots,
+                    job.completions,
+                    in_flight=in_flight,
+                    overflow=overflow,
+                )
+                pieces = list(state.division.slices)
+            else:  # placed in part: its waiting indices, as members have room
+                shares, _ = shares_of(decision, pod, self.federation.spec, snapshots, in_flight=in_flight)
+                moved = rebalance(
+                    state.division,
+                    succeeded=(),
+                    may_be_running=(),
+                    rejected_cluster=None,
+                    shares=shares,
+                    overflow=overflow,
+                )
+                state.division, pieces = moved.division, list(moved.moved)
+            left = bool(state.division.waiting)
+            state.members = len(state.division.slices)
+        for placed in pieces:
+            piece = _Slice(job, placed.cluster, list(placed.indices), placed.parallelism)
             while piece.todo and piece.alive < piece.parallelism:
                 self.create(piece)
-        return True
+        return not left
 
     def create(self, piece: _Slice) -> None:
         """The member's Job controller creates its next index's pod; the scheduler binds it or it waits."""

@@ -368,3 +368,21 @@ def test_a_sovereign_job_never_gets_a_slice_outside_its_allowed_regions(
     for name, region in region_of.items():
         if region != "eu":
             assert division.reasons[name].startswith("excluded: Sovereignty: ")
+
+
+def test_without_overflow_the_indices_beyond_every_members_room_wait_and_rebalance_deals_them_later() -> None:
+    division = divide(100, [share("a", 3, 10), share("b", 1, 10)], overflow=False)
+    assert sizes(division) == {"a": 10, "b": 10}
+    assert division.waiting == tuple(range(20, 100))
+
+    later = rebalance(
+        division,
+        succeeded=range(20),
+        may_be_running=(),
+        rejected_cluster=None,
+        shares=[share("b", 1, 30)],
+        overflow=False,
+    )
+    assert [(p.cluster, p.ranges) for p in later.moved] == [("b", "20-49")]
+    assert later.division.waiting == tuple(range(50, 100))
+    assert later.division.slice_of("a").indices == tuple(range(10))  # type: ignore[union-attr]

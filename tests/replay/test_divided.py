@@ -74,3 +74,15 @@ def test_while_each_member_has_one_node_busy_a_divided_job_starts_at_once_and_a_
         assert result.unplaced == 0
         counts = {name: sum(ran.values()) for name, ran in result.pods_run.items()}
         assert counts == {"busy-home": 1, "busy-other": 1, "pair": 2}
+
+
+def test_divided_in_room_keeps_the_indices_beyond_room_in_the_federation_until_a_member_frees_room() -> None:
+    federation = build_federation(two_members(), [], clusters=2, seed=0, keep_clusters=True)
+    jobs = [job("records", 3, datasets=(SOVEREIGN,))]
+
+    in_room = replay_jobs(federation, jobs, "divided-in-room")
+
+    assert in_room.pods_run == {"records": {HOME: 3}}
+    # Two at once; the third dealt at the retry after the first two end (100 s + 10 s), then runs 100 s.
+    assert in_room.makespan_s == 210.0
+    assert in_room.decisions == 2
