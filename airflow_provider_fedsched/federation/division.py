@@ -5,8 +5,10 @@ An Indexed Job of ``completions`` independent pods (shards of a batch: files, da
 for one member with room for all of it, as a gang must. :func:`divide` splits the global index range
 ``0..completions-1`` into contiguous slices, one per member, by weight (largest remainder, exact), never
 giving a member more indices than it has room for now (``capacity``) while the others have room left; the
-rest, once every member is full, goes by weight too (those pods wait in their member). The job's
-``parallelism`` is split over the slices in proportion to their sizes.
+rest, once every member is full, goes by weight too (those pods wait in their member), or, with
+``overflow=False``, waits in the federation (``Division.waiting``) for :func:`rebalance` to deal it as room
+frees (``benchmarks/bench_divided.py`` measures both). The job's ``parallelism`` is split over the slices
+in proportion to their sizes.
 
 Where the weights come from (:func:`divide_placement`): the engine's decision for *one pod* of the job.
 Every rule of the engine holds for every slice, because only members that passed it get one: sovereignty,
