@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from functools import partial, reduce
+from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, cast
 
@@ -25,7 +25,7 @@ from airflow_provider_fedsched.federation.limits import check_time
 from airflow_provider_fedsched.federation.plugins import Profile, profile
 from airflow_provider_fedsched.federation.queue import queue_order
 from airflow_provider_fedsched.federation.request import TaskRequest
-from airflow_provider_fedsched.federation.resources import ResourceList, add
+from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError, spec_fingerprint
 from airflow_provider_fedsched.federation.tenancy import TenantInputs
@@ -257,14 +257,12 @@ class FederationEngine:
             snapshot = snapshots.get(cluster.name)
             if snapshot is not None:
                 ages[cluster.name] = (now - snapshot.observed_at).total_seconds()
-            pods = tuple(in_flight.get(cluster.name) or ())
-            view = ClusterView(
+            view = ClusterView.of(
                 cluster,
                 snapshot,
-                snapshot.index if snapshot is not None else None,
-                reservations.get(cluster.name) or reduce(add, pods, ResourceList()),
-                cluster.namespace or request.namespace,
-                pods,
+                request.namespace,
+                reservations.get(cluster.name),
+                in_flight.get(cluster.name),
             )
             for plugin in filters:
                 status = plugin.filter(state, view)

@@ -15,7 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import reduce
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
+
+from airflow_provider_fedsched.federation.resources import add
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.request import TaskRequest
@@ -95,6 +98,28 @@ class ClusterView:
     namespace: str
     in_flight: tuple[ResourceList, ...] = ()
     """The same requests pod by pod, oldest first, when the caller knows them (empty: only the sum)."""
+
+    @classmethod
+    def of(
+        cls,
+        cluster: ClusterSpec,
+        snapshot: ClusterSnapshot | None,
+        namespace: str,
+        reservation: ResourceList | None,
+        in_flight: Sequence[ResourceList] | None,
+    ) -> ClusterView:
+        """The view of ``cluster`` for a task of ``namespace``: its reservation, else the sum of its pods
+        in flight."""
+        pods = tuple(in_flight or ())
+        nothing: ResourceList = {}
+        return cls(
+            cluster,
+            snapshot,
+            snapshot.index if snapshot is not None else None,
+            reservation or reduce(add, pods, nothing),
+            cluster.namespace or namespace,
+            pods,
+        )
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from airflow_provider_fedsched.federation.framework import (
 )
 from airflow_provider_fedsched.federation.plugins.nodefit import (
     _charge_reservation,
+    _charged,
     _in_flight,
     _NodeFitData,
 )
@@ -40,10 +41,10 @@ from airflow_provider_fedsched.federation.resources import CPU, GPU, MEMORY, Res
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.columns import Batch
-    from airflow_provider_fedsched.federation.request import GangRole
+    from airflow_provider_fedsched.federation.request import GangRole, TaskRequest
     from airflow_provider_fedsched.federation.snapshot import ClusterIndex
 
-__all__ = ["GangCapacity", "GangFit", "pack"]
+__all__ = ["GangCapacity", "GangFit", "pack", "pods_fitting"]
 
 _UNLIMITED = 1 << 30
 
@@ -172,6 +173,22 @@ def _eligible(
                 yield adjusted.get(node.name, node.free) if adjusted else node.free
             else:
                 yield node.allocatable
+
+
+def pods_fitting(request: TaskRequest, cluster: ClusterView) -> int:
+    """How many pods of ``request`` (one pod's, not a gang's) the cluster's ready, schedulable nodes have
+    room for now, counting its in-flight reservations as the node fit does: the counts per node add up,
+    as for a gang of equal pods (:func:`_count_equal`). A divided job's room on a member."""
+    index = cluster.index
+    if index is None:
+        return 0
+    items = tuple(sorted(request.resources.items()))
+    if not items:
+        return _UNLIMITED
+    constraints = _NodeFitData(items, request.node_selector, tuple(request.tolerations))
+    data = _GangData((_Role("pod", _UNLIMITED, items),), constraints, items)
+    adjusted = _charged(constraints, index, cluster) if cluster.reservation else None
+    return sum(_how_many(items, free) for free in _eligible(data, index, adjusted, True, skip_small=True))
 
 
 def _verdict(data: _GangData, cluster: ClusterView, index: ClusterIndex, now: bool) -> str | None:
