@@ -1,0 +1,82 @@
+"""A task's Airflow Assets as its datasets: what an asset says of itself, and what a spec entry says of it.
+
+An asset (an ``inlet`` or ``outlet``) is matched against the spec's ``datasets``: an entry whose ``name``
+is the asset's name, or one of whose ``assets`` patterns (exact, or a glob such as
+``s3://eu-lake/patients/*``) is the asset's URI or name. Its ``extra["fedsched"]`` may say where the data
+lives (``cluster`` or ``region``), its ``size_gb`` and its ``allowed_regions``. Resolution itself is the
+spec's one check of the names a task refers to (:meth:`FederationSpec.check_references`); this module holds
+the asset's own fields and their validation, without Airflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from airflow_provider_fedsched.federation._loading import SpecError, spec_error
+from airflow_provider_fedsched.federation.limits import SizeGb
+
+__all__ = ["EXTRA_KEY", "MAX_ASSET_ID", "AssetDataset", "AssetFields", "asset_dataset"]
+
+EXTRA_KEY = "fedsched"
+"""The key of an Asset's ``extra`` under which its federation fields are."""
+MAX_ASSET_ID = 1500
+"""Airflow's own limit on an asset's URI and name."""
+AssetId = Annotated[str, Field(min_length=1, max_length=MAX_ASSET_ID)]
+RegionName = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class AssetFields(BaseModel):
+    """``extra["fedsched"]`` of an Asset. ``allowed_regions`` may only narrow a spec entry's rule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """The member cluster the data lives on (locality, egress)."""
+    region: RegionName | None = None
+    """The region the data lives in, when no one cluster holds it."""
+    size_gb: SizeGb | None = None
+    """Its size (more precise than a spec entry's, which it replaces)."""
+    allowed_regions: Annotated[list[RegionName], Field(min_length=1, max_length=1000)] | None = None
+    """Sovereignty: regions a task reading or writing it may run in."""
+
+
+class AssetDataset(BaseModel):
+    """One inlet or outlet of a task as its request carries it (and its placement record keeps it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: AssetId
+    name: AssetId
+    role: Literal["inlet", "outlet"] = "inlet"
+    fedsched: AssetFields | None = None
+
+    @property
+    def label(self) -> str:
+        """How errors and decisions name it: its URI, and its name when that differs."""
+        return f"'{self.uri}'" if self.name == self.uri else f"'{self.uri}' (name '{self.name}')"
+
+
+def asset_dataset(
+    uri: Any, name: Any, extra: Any, role: Literal["inlet", "outlet"], where: str
+) -> AssetDataset:
+    """An asset's federation view; :class:`SpecError` naming ``where``, the asset's URI and the field."""
+    shown = str(uri)[:200]
+    if not isinstance(uri, str) or not isinstance(name, str):
+        raise SpecError(f"{where} ({role} '{shown}'): an asset's uri and name are strings")
+    if extra is not None and not isinstance(extra, Mapping):
+        raise SpecError(f"{where} ({role} '{shown}'): extra must be a mapping (got {type(extra).__name__})")
+    fields = (extra or {}).get(EXTRA_KEY)
+    if fields is not None and not isinstance(fields, Mapping):
+        raise SpecError(
+            f"{where} ({role} '{shown}'): extra.{EXTRA_KEY} must be a mapping of cluster, region, size_gb, "
+            f"allowed_regions (got {type(fields).__name__})"
+        )
+    try:
+        return AssetDataset(uri=uri, name=name, role=role, fedsched=fields)
+    except ValidationError as exc:
+        raise SpecError(
+            str(spec_error(exc, f"{where} ({role} '{shown}')")).replace(").fedsched", f") extra.{EXTRA_KEY}")
+        ) from None
