@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import kubernetes
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import Asset
+from airflow.sdk.definitions.asset import AssetNameRef, AssetUriRef
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.federation._errors import PermanentError
+from airflow_provider_fedsched.federation.assets import AssetDataset, asset_dataset
 from airflow_provider_fedsched.federation.limits import check_seconds
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
@@ -135,6 +138,33 @@ def task_tenant(
     if tenant not in known:
         raise FederationError(f"tenant: unknown tenant {tenant!r} (known: {', '.join(known) or 'none'})")
     return tenant
+
+
+def task_assets(inlets: Sequence[Any], outlets: Sequence[Any]) -> list[AssetDataset]:
+    """The task's Assets (inlets, then outlets) as the datasets it reads or writes, each once; its extra's
+    ``fedsched`` fields checked, naming the asset. A reference by name or URI carries no extra; an
+    AssetAlias names no asset until the task emits events, so it is not a dataset here."""
+    found: dict[str, AssetDataset] = {}
+    roles: tuple[tuple[Literal["inlet", "outlet"], Sequence[Any]], ...] = (
+        ("inlet", inlets),
+        ("outlet", outlets),
+    )
+    for role, items in roles:
+        for position, item in enumerate(items):
+            where = f"{role}s[{position}]"
+            try:
+                if isinstance(item, Asset):
+                    dataset = asset_dataset(item.uri, item.name, item.extra, role, where)
+                elif isinstance(item, AssetUriRef):
+                    dataset = asset_dataset(item.uri, item.uri, None, role, where)
+                elif isinstance(item, AssetNameRef):
+                    dataset = asset_dataset(item.name, item.name, None, role, where)
+                else:
+                    continue
+            except SpecError as exc:
+                raise FederationError(str(exc)) from None
+            found.setdefault(dataset.model_dump_json(exclude={"role"}), dataset)
+    return list(found.values())
 
 
 def budget(value: Any, argument: str) -> float | None:
@@ -268,10 +298,16 @@ class Arguments(KubernetesPodOperator):
             check_pod_size(document)
         except SpecError as exc:
             raise FederationError(str(exc)) from None
+        assets = task_assets(self.inlets, self.outlets)
+        try:  # the datasets its Assets are, before anything is reserved: a conflict fails the try here
+            spec.check_references(datasets=self.datasets, assets=assets)
+        except SpecError as exc:
+            raise FederationError(str(exc)) from None
         try:
             request = TaskRequest.from_pod_spec(
                 pod_spec,
                 datasets=self.datasets,
+                assets=assets,
                 prefer_region=self.prefer_region,
                 prefer_group=self.prefer_group,
                 clusters=self.clusters,
