@@ -24,6 +24,8 @@ EXTRA_KEY = "fedsched"
 """The key of an Asset's ``extra`` under which its federation fields are."""
 MAX_ASSET_ID = 1500
 """Airflow's own limit on an asset's URI and name."""
+SHOWN = 200
+"""How much of an asset's URI or name a message shows."""
 AssetId = Annotated[str, Field(min_length=1, max_length=MAX_ASSET_ID)]
 RegionName = Annotated[str, Field(min_length=1, max_length=253)]
 
@@ -55,15 +57,17 @@ class AssetDataset(BaseModel):
 
     @property
     def label(self) -> str:
-        """How errors and decisions name it: its URI, and its name when that differs."""
-        return f"'{self.uri}'" if self.name == self.uri else f"'{self.uri}' (name '{self.name}')"
+        """How errors and decisions name it: its URI, and its name when that differs (each cut at
+        :data:`SHOWN` characters, so a long URI never floods a message)."""
+        uri, name = self.uri[:SHOWN], self.name[:SHOWN]
+        return f"'{uri}'" if self.name == self.uri else f"'{uri}' (name '{name}')"
 
 
 def asset_dataset(
     uri: Any, name: Any, extra: Any, role: Literal["inlet", "outlet"], where: str
 ) -> AssetDataset:
     """An asset's federation view; :class:`SpecError` naming ``where``, the asset's URI and the field."""
-    shown = str(uri)[:200]
+    shown = str(uri)[:SHOWN]
     if not isinstance(uri, str) or not isinstance(name, str):
         raise SpecError(f"{where} ({role} '{shown}'): an asset's uri and name are strings")
     if extra is not None and not isinstance(extra, Mapping):

@@ -269,6 +269,11 @@ class Arguments(KubernetesPodOperator):
             cluster_selector=self.cluster_selector,
             policy=self.policy,
         )
+        assets = task_assets(self.inlets, self.outlets)
+        try:  # the datasets its Assets are, before anything is reserved: a conflict fails the try here
+            spec.check_references(datasets=self.datasets, assets=assets)
+        except SpecError as exc:
+            raise FederationError(str(exc)) from None
         # The pod template reads connection extras (namespace, sidecar): any member that resolves will
         # do, so a broken member never fails a task the others can run (the decision says why it is out).
         members = self.clusters or [c.name for c in spec.clusters]
@@ -296,11 +301,6 @@ class Arguments(KubernetesPodOperator):
             check_labels(pod.metadata.labels, "labels")
             check_pod_name(pod.metadata.name)
             check_pod_size(document)
-        except SpecError as exc:
-            raise FederationError(str(exc)) from None
-        assets = task_assets(self.inlets, self.outlets)
-        try:  # the datasets its Assets are, before anything is reserved: a conflict fails the try here
-            spec.check_references(datasets=self.datasets, assets=assets)
         except SpecError as exc:
             raise FederationError(str(exc)) from None
         try:
