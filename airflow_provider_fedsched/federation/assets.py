@@ -18,7 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from airflow_provider_fedsched.federation._loading import SpecError, spec_error
 from airflow_provider_fedsched.federation.limits import SizeGb
 
-__all__ = ["EXTRA_KEY", "MAX_ASSET_ID", "AssetDataset", "AssetFields", "asset_dataset"]
+__all__ = [
+    "EXTRA_KEY",
+    "MAX_ASSET_ID",
+    "AssetDataset",
+    "AssetFields",
+    "asset_dataset",
+    "where_written",
+    "written_on",
+]
 
 EXTRA_KEY = "fedsched"
 """The key of an Asset's ``extra`` under which its federation fields are."""
@@ -54,6 +62,9 @@ class AssetDataset(BaseModel):
     name: AssetId
     role: Literal["inlet", "outlet"] = "inlet"
     fedsched: AssetFields | None = None
+    written_on: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """For an inlet: the cluster its latest asset event says it was written on (locality and egress follow
+    the data there; its sovereignty rule does not change)."""
 
     @property
     def label(self) -> str:
@@ -63,8 +74,26 @@ class AssetDataset(BaseModel):
         return f"'{uri}'" if self.name == self.uri else f"'{uri}' (name '{name}')"
 
 
+def written_on(event_extra: Any) -> str | None:
+    """The cluster an asset event's ``extra`` says the data was written on (as :func:`where_written` put
+    it), None when it says nothing readable: it only steers locality, so a stray value is ignored."""
+    fields = event_extra.get(EXTRA_KEY) if isinstance(event_extra, Mapping) else None
+    cluster = fields.get("cluster") if isinstance(fields, Mapping) else None
+    return cluster if isinstance(cluster, str) and 0 < len(cluster) <= 253 else None
+
+
+def where_written(cluster: str, region: str) -> dict[str, str]:
+    """What a succeeded task adds to its outlet asset events' ``extra[EXTRA_KEY]``."""
+    return {"cluster": cluster, "region": region}
+
+
 def asset_dataset(
-    uri: Any, name: Any, extra: Any, role: Literal["inlet", "outlet"], where: str
+    uri: Any,
+    name: Any,
+    extra: Any,
+    role: Literal["inlet", "outlet"],
+    where: str,
+    written: str | None = None,
 ) -> AssetDataset:
     """An asset's federation view; :class:`SpecError` naming ``where``, the asset's URI and the field."""
     shown = str(uri)[:SHOWN]
@@ -79,7 +108,7 @@ def asset_dataset(
             f"allowed_regions (got {type(fields).__name__})"
         )
     try:
-        return AssetDataset(uri=uri, name=name, role=role, fedsched=fields)
+        return AssetDataset(uri=uri, name=name, role=role, fedsched=fields, written_on=written)
     except ValidationError as exc:
         raise SpecError(
             str(spec_error(exc, f"{where} ({role} '{shown}')")).replace(").fedsched", f") extra.{EXTRA_KEY}")

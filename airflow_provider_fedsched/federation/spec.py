@@ -236,12 +236,15 @@ class ResolvedDataset(DatasetSpec):
     """The asset's URI."""
     entry: str | None = None
     """The spec entry it matched (None: its ``extra`` alone says what it is)."""
+    written_on: str | None = None
+    """The member its latest asset event says it was written on: ``cluster`` is that one then."""
 
     @property
     def label(self) -> str:
+        written = f", written on '{self.written_on}'" if self.written_on is not None else ""
         if self.entry is None:
-            return f"'{self.asset}' (asset)"
-        return f"'{self.name}' (asset '{self.asset}')"
+            return f"'{self.asset[:200]}' (asset{written})"
+        return f"'{self.name}' (asset '{self.asset[:200]}'{written})"
 
 
 class Weights(_Model):
@@ -518,20 +521,26 @@ class FederationSpec(_Model):
                     listed = ", ".join(sorted(names.regions))
                     raise SpecError(f"{at}: {extra}.{field}: unknown region '{region}' (known: {listed})")
         entry = next(iter(matched.values()), None)
+        # Where its latest event says it was written (an inlet's): locality and egress go there. A member
+        # the spec no longer has is ignored: the event only steers a preference, never a rule.
+        written = asset.written_on if asset.role == "inlet" else None
+        written = written if written in names.clusters else None
         if entry is None:
-            if fields is None or (
-                fields.cluster is None and fields.region is None and fields.allowed_regions is None
+            if written is None and (
+                fields is None
+                or (fields.cluster is None and fields.region is None and fields.allowed_regions is None)
             ):
                 return None  # no spec entry and nothing said of it: not a restricted dataset
-            cluster = fields.cluster
-            if cluster is not None and fields.region is not None:
+            cluster = fields.cluster if fields is not None else None
+            if fields is not None and cluster is not None and fields.region is not None:
                 self._check_home(at, f"{extra}.region", fields.region, cluster, f"{extra}.cluster")
             return ResolvedDataset(
                 name=asset.uri,
                 asset=asset.uri,
-                cluster=cluster,
-                size_gb=fields.size_gb or 0.0,
-                allowed_regions=fields.allowed_regions,
+                cluster=written or cluster,
+                size_gb=(fields.size_gb if fields is not None else None) or 0.0,
+                allowed_regions=fields.allowed_regions if fields is not None else None,
+                written_on=written,
             )
         allowed = entry.allowed_regions
         size = entry.size_gb
@@ -558,9 +567,10 @@ class FederationSpec(_Model):
             name=entry.name,
             asset=asset.uri,
             entry=entry.name,
-            cluster=entry.cluster,
+            cluster=written or entry.cluster,
             size_gb=size,
             allowed_regions=allowed,
+            written_on=written,
         )
 
     def _check_home(self, at: str, field: str, region: str, cluster: str, source: str) -> None:

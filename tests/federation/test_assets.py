@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_fedsched.federation import SpecError, load_spec
-from airflow_provider_fedsched.federation.assets import AssetDataset, asset_dataset
+from airflow_provider_fedsched.federation.assets import AssetDataset, asset_dataset, written_on
 from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.spec import FederationSpec, ResolvedDataset
 from tests.federation import helpers
@@ -185,3 +185,39 @@ def test_a_spec_entry_needs_its_cluster() -> None:
     datasets = [{"name": "x", "cluster": None, "size_gb": 1}]
     with pytest.raises(SpecError, match=r"datasets\[0\]\.cluster: required"):
         spec(datasets=datasets)
+
+
+def test_an_inlet_written_elsewhere_moves_its_locality_but_keeps_its_rule() -> None:
+    federation = spec()
+    moved = asset_dataset("s3://eu-lake/patients/a", "s3://eu-lake/patients/a", {}, "inlet", "w", "eu2")
+    (found,) = resolve(federation, moved)
+    assert (found.cluster, found.written_on, found.entry) == ("eu2", "eu2", "patients")
+    assert found.allowed_regions == ["eu-west-1", "eu-central-1"]  # where it was written changes no rule
+    assert found.label == "'patients' (asset 's3://eu-lake/patients/a', written on 'eu2')"
+    # An event naming a member the spec no longer has steers nothing; an outlet's is not read.
+    gone = moved.model_copy(update={"written_on": "retired"})
+    assert resolve(federation, gone)[0].cluster == "eu"
+    outlet = moved.model_copy(update={"role": "outlet"})
+    assert resolve(federation, outlet)[0].cluster == "eu"
+    # With no entry and no rule, a written asset of known size is a dataset for locality alone.
+    (scratch,) = resolve(
+        federation, asset_dataset("s3://s/f", "s3://s/f", {"fedsched": {"size_gb": 9}}, "inlet", "w", "us")
+    )
+    assert (scratch.cluster, scratch.size_gb, scratch.allowed_regions) == ("us", 9, None)
+
+
+@pytest.mark.parametrize(
+    ("extra", "cluster"),
+    [
+        ({"fedsched": {"cluster": "eu", "region": "eu-west-1"}}, "eu"),
+        ({"fedsched": {"cluster": 5}}, None),
+        ({"fedsched": {"cluster": ""}}, None),
+        ({"fedsched": {"cluster": "x" * 300}}, None),
+        ({"fedsched": "eu"}, None),
+        ({}, None),
+        (None, None),
+        ("not a mapping", None),
+    ],
+)
+def test_an_event_s_extra_says_where_it_was_written_or_nothing(extra: Any, cluster: str | None) -> None:
+    assert written_on(extra) == cluster

@@ -58,6 +58,7 @@ def test_a_sovereign_inlet_keeps_the_task_in_its_regions_and_the_decision_names_
             "name": "customers-2026",
             "role": "inlet",
             "fedsched": None,
+            "written_on": None,  # no task wrote it before
         }
     ]
     (decision,) = record["decisions"]
@@ -116,3 +117,36 @@ def test_conflicting_rules_fail_the_try_naming_the_asset_with_nothing_created(
     assert pods_of(sim_federation, dag_id) == []
     if dag_id == "fed_asset_widening":
         assert record is None  # failed before a placement was recorded, reserved or created
+
+
+def test_a_reader_is_placed_where_its_inlet_was_written(
+    sim_federation: SimFederation, asset_federation: Path
+) -> None:
+    """Locality follows the data: ``write`` ran on west-general, its outlet event says so, and ``read``
+    (no rule, nothing else pulling it there) is placed on west-general for its 300 GB; with no event, the
+    same reader goes elsewhere."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    dag_run = airflow_harness.run_dag(DAG_FILE, "fed_asset_lineage")
+    assert airflow_harness.task_states(dag_run) == {"write": "success", "read": "success"}
+    with create_session() as session:
+        (event,) = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == "s3://scratch/features/v1", AssetEvent.source_run_id == dag_run.run_id)
+            .all()
+        )
+        assert event.extra["fedsched"] == {"cluster": "west-general", "region": "eu-west-1"}
+    record = json.loads(raw) if isinstance(raw := xcom(dag_run, "fedsched_placement", "read"), str) else raw
+    assert clusters_tried(record) == ["west-general"]
+    assert record["request"]["assets"][0]["written_on"] == "west-general"
+    (chosen,) = [c for c in record["decisions"][0]["candidates"] if c["cluster"] == "west-general"]
+    assert chosen["breakdown"]["Locality"]["raw"] == 100.0
+
+    alone = airflow_harness.run_dag(DAG_FILE, "fed_asset_never_written")
+    raw = xcom(alone, "fedsched_placement", "read")
+    record = json.loads(raw) if isinstance(raw, str) else raw
+    assert airflow_harness.task_states(alone) == {"read": "success"}
+    assert clusters_tried(record) != ["west-general"]  # no event: nothing pulls it to the EU
+    assert record["request"]["assets"][0]["written_on"] is None  # and its size alone makes no dataset

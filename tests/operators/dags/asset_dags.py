@@ -3,6 +3,8 @@ with the ``assets`` patterns ``tests/operators/test_assets.py`` adds to its spec
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.sdk import Asset
 
 from tests.operators.dags.federated_dags import federated_dag
@@ -31,4 +33,45 @@ federated_dag("fed_asset_and_datasets", inlets=[CUSTOMERS], datasets=["user-even
 federated_dag(
     "fed_asset_widening",
     inlets=[Asset("s3://eu-lake/customers/all", extra={"fedsched": {"allowed_regions": ["cn-east-1"]}})],
+)
+
+
+def lineage_dag(dag_id: str, features: Asset, *, write: bool) -> None:
+    """``write`` (pinned to west-general) writes ``features``; ``read`` reads it, placed where it was
+    written. Without ``write``, ``read`` has no event to follow."""
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+    from tests.operators.dags.federated_dags import requests, sim
+
+    common: dict[str, Any] = {
+        "image": "busybox:1.36",
+        "cmds": ["sh", "-c", "true"],
+        "unschedulable_grace_seconds": 0,
+        "container_resources": requests(),
+        "annotations": sim(),
+    }
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+        read = FederatedKubernetesOperator(task_id="read", inlets=[features], **common)
+        if write:
+            (
+                FederatedKubernetesOperator(
+                    task_id="write", outlets=[features], clusters=["west-general"], **common
+                )
+                >> read
+            )
+
+
+# Features no spec entry names, 300 GB: where the latest event says they were written, locality follows.
+lineage_dag(
+    "fed_asset_lineage",
+    Asset(uri="s3://scratch/features/v1", extra={"fedsched": {"size_gb": 300}}),
+    write=True,
+)
+lineage_dag(
+    "fed_asset_never_written",
+    Asset(uri="s3://scratch/features/never-written", extra={"fedsched": {"size_gb": 300}}),
+    write=False,
 )
