@@ -18,11 +18,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Asset
 from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.operators.federated_job import FederatedKubernetesJobOperator
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+
+# The data, as Airflow Assets: the spec's datasets name them (``assets`` patterns), so sovereignty, locality
+# and egress follow from inlets and outlets. (``datasets=["eu-customers"]`` still names a dataset directly.)
+EU_CUSTOMERS = Asset(uri="s3://eu-lake/customers/2026", name="eu-customers-2026")
+EU_REPORT = Asset(uri="s3://eu-lake/customers/reports/daily", name="eu-customer-report")
+CLICKSTREAM = Asset(uri="s3://archive/clickstream/2026", name="clickstream-2026")
+USER_EVENTS = Asset(uri="s3://cn-lake/user-events/nightly", name="user-events-nightly")
 
 
 def resources(cpu: str, memory: str, gpu: int = 0) -> k8s.V1ResourceRequirements:
@@ -60,7 +67,8 @@ with DAG(
         task_id="eu_customer_report",
         cmds=["python", "-m", "report"],
         container_resources=resources("2", "4Gi"),
-        datasets=["eu-customers"],
+        inlets=[EU_CUSTOMERS],
+        outlets=[EU_REPORT],  # written in the EU too: an outlet is a dataset as well
         expected_duration=timedelta(minutes=20),
         annotations=sim_behaviour(1, "report written for 1,204 EU customers"),
     )
@@ -69,7 +77,7 @@ with DAG(
         task_id="clickstream_rollup",
         cmds=["python", "-m", "rollup"],
         container_resources=resources("2", "8Gi"),
-        datasets=["clickstream-archive"],
+        inlets=[CLICKSTREAM],
         expected_duration=timedelta(minutes=30),
         annotations=sim_behaviour(1, "rolled up 2.0 TB of clickstream in place"),
     )
@@ -78,7 +86,7 @@ with DAG(
         task_id="nightly_etl",
         cmds=["python", "-m", "etl"],
         container_resources=resources("2", "4Gi"),
-        datasets=["user-events"],
+        inlets=[USER_EVENTS],
         namespace="etl",
         expected_duration=timedelta(minutes=10),
         annotations=sim_behaviour(1, "loaded 48M user events"),

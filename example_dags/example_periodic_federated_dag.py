@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Asset
 from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
@@ -33,7 +33,9 @@ with DAG(
         task_id="hourly_rollup",
         cmds=["python", "-m", "rollup", "--hour", "{{ logical_date }}"],
         container_resources=requests("1", "2Gi"),
-        datasets=["user-events"],  # sovereign: cn-east-1 and cn-north-1 only
+        # sovereign (the spec's user-events: cn-east-1 and cn-north-1 only); datasets=["user-events"] says
+        # the same without an Asset
+        inlets=[Asset(uri="s3://cn-lake/user-events/hourly", name="user-events-hourly")],
         expected_duration=timedelta(minutes=10),
         annotations={"sim.fedsched.io/duration": "1", "sim.fedsched.io/logs": "rolled up one hour"},
     )

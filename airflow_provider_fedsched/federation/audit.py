@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from airflow_provider_fedsched.federation._errors import PermanentError
+from airflow_provider_fedsched.federation.assets import AssetDataset
 from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
 from airflow_provider_fedsched.federation.spec import FederationSpec, SpecError, spec_fingerprint
 
@@ -261,6 +264,9 @@ def _try_entries(
     }
     attempts = _placed(record)
     names = _datasets(record)
+    asset_rules, unresolved = _asset_rules(spec, record)
+    if names is None and (asset_rules or unresolved):
+        names = []
     if names is None:
         if not attempts or only is not None:
             return []  # nothing placed, or not the dataset asked about as far as anyone can tell
@@ -275,11 +281,12 @@ def _try_entries(
             )
             for attempt in attempts
         ]
-    if only is not None and only not in names:
+    if only is not None and only not in names and all(rule["name"] != only for rule in asset_rules):
         return []
     known = {dataset.name for dataset in spec.datasets}
-    unknown = [name for name in names if name not in known]
+    unknown = [name for name in names if name not in known] + unresolved
     restricted = [dict(rules[name]) for name in names if name in rules]
+    restricted += [rule for rule in asset_rules if rule not in restricted]
     if not restricted and not unknown:
         return []
     allowed = _allowed(restricted)
@@ -306,6 +313,41 @@ def _datasets(record: PlacementRecord) -> list[str] | None:
     if not isinstance(names, list):
         return None
     return [str(name) for name in names]
+
+
+def _asset_rules(spec: FederationSpec, record: PlacementRecord) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rules the try's Airflow Assets brought (an entry's, or narrower, from the asset's extra), and
+    the assets the spec now cannot resolve (the rule they were placed under cannot be told)."""
+    raw = record.request.get("assets") if record.request is not None else None
+    rules: list[dict[str, Any]] = []
+    unresolved: list[str] = []
+    indices = {dataset.name: index for index, dataset in enumerate(spec.datasets)}
+    for position, item in enumerate(raw if isinstance(raw, list) else []):
+        try:
+            asset = AssetDataset.model_validate(item)
+            resolved = spec.resolve_asset(asset, f"request.assets[{position}]")
+        except (ValidationError, SpecError):
+            uri = item.get("uri") if isinstance(item, Mapping) else None
+            unresolved.append(f"asset '{str(uri)[:200]}'" if isinstance(uri, str) else f"asset #{position}")
+            continue
+        if resolved is None or resolved.allowed_regions is None:
+            continue
+        if resolved.entry is None:
+            rule = f"asset '{asset.uri}' extra.fedsched"
+        else:
+            rule = f"federation spec '{spec.name}', datasets[{indices[resolved.entry]}] ({resolved.entry})"
+            fields = asset.fedsched
+            if fields is not None and fields.allowed_regions is not None:
+                rule += f", narrowed by asset '{asset.uri}' extra.fedsched"
+        rules.append(
+            {
+                "name": resolved.name,
+                "asset": asset.uri,
+                "allowed_regions": sorted(resolved.allowed_regions),
+                "rule": rule,
+            }
+        )
+    return rules, unresolved
 
 
 def _placed(record: PlacementRecord) -> list[Attempt]:

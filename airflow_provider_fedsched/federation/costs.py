@@ -53,7 +53,7 @@ def egress(spec: FederationSpec, datasets: Sequence[DatasetSpec], cluster: str) 
     """``(gigabytes moved, their cost)`` for a task reading ``datasets`` on ``cluster``."""
     gb = cost = 0.0
     for dataset in datasets:
-        if dataset.cluster != cluster:
+        if dataset.cluster is not None and dataset.cluster != cluster:
             gb += dataset.size_gb
             cost += dataset.size_gb * spec.cluster(dataset.cluster).prices.egress_gb
     return gb, cost
@@ -92,7 +92,7 @@ def estimate(
 ) -> Estimate:
     """The cost of ``request`` on ``cluster`` for ``seconds`` (default: its expected duration)."""
     if datasets is None:
-        datasets = spec.check_references(datasets=request.datasets)
+        datasets = spec.check_references(datasets=request.datasets, assets=request.assets)
     hours = (request.expected_duration_seconds if seconds is None else max(0.0, seconds)) / 3600.0
     per_hour = compute_per_hour(spec.cluster(cluster).prices, request.resources.items())
     gb, cost = egress(spec, datasets, cluster)
@@ -102,7 +102,7 @@ def estimate(
 def decision_costs(spec: FederationSpec, request: TaskRequest, decision: Decision) -> dict[str, Any]:
     """The chosen cluster's estimate and the cheapest compliant alternative's (every candidate passed
     every rule), so a saving is shown against what could really have been chosen."""
-    datasets = spec.check_references(datasets=request.datasets)
+    datasets = spec.check_references(datasets=request.datasets, assets=request.assets)
     estimates = [estimate(spec, request, c.cluster, datasets=datasets) for c in decision.candidates]
     if not estimates:
         return {}

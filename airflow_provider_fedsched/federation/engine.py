@@ -216,6 +216,7 @@ class FederationEngine:
         datasets = self.spec.check_references(
             clusters=request.clusters,
             datasets=request.datasets,
+            assets=request.assets,
             prefer_region=request.prefer_region,
             prefer_group=request.prefer_group,
             tenant=request.tenant,

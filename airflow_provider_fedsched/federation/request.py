@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_fedsched.federation._loading import SpecError, spec_error
+from airflow_provider_fedsched.federation.assets import AssetDataset
 from airflow_provider_fedsched.federation.limits import (
     MAX_QUANTITY,
     MAX_SECONDS,
@@ -130,6 +131,8 @@ class TaskRequest(BaseModel):
     tolerations: list[Toleration] = Field(default_factory=list)
     datasets: list[str] = Field(default_factory=list)
     """Names of spec datasets the task reads (sovereignty, locality and egress)."""
+    assets: list[AssetDataset] = Field(default_factory=list, max_length=1000)
+    """Its Airflow Assets (inlets and outlets): datasets too, resolved against the spec's entries."""
     prefer_region: str | None = None
     prefer_group: str | None = None
     clusters: list[str] | None = None

@@ -11,6 +11,7 @@ import json
 import string
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,6 +20,7 @@ from urllib.parse import quote, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_provider_fedsched.federation._loading import SpecError, spec_error
+from airflow_provider_fedsched.federation.assets import EXTRA_KEY, MAX_ASSET_ID, AssetDataset
 from airflow_provider_fedsched.federation.documents import load_document
 from airflow_provider_fedsched.federation.limits import (
     MAX_CLUSTERS,
@@ -49,6 +51,7 @@ __all__ = [
     "FederationSpec",
     "PolicySpec",
     "Prices",
+    "ResolvedDataset",
     "ScoringStrategy",
     "SpecError",
     "Taint",
@@ -202,13 +205,46 @@ class ClusterSpec(_Model):
         return self.group or self.region
 
 
+AssetPattern = Annotated[str, Field(min_length=1, max_length=MAX_ASSET_ID)]
+GLOB_CHARACTERS = frozenset("*?[")
+
+
 class DatasetSpec(_Model):
     name: Name
-    cluster: str
-    """The cluster the data lives on."""
+    cluster: str | None
+    """The cluster the data lives on (required in a spec; None only for an asset that names a region)."""
     size_gb: SizeGb
     allowed_regions: list[Region] | None = None
     """Sovereignty: regions a task reading this dataset may run in; None = anywhere."""
+    assets: Annotated[list[AssetPattern], Field(max_length=1000)] = Field(default_factory=list)
+    """Airflow Assets that are this dataset: URIs or names, exact or globs (``s3://eu-lake/patients/*``).
+    An asset whose name is this entry's ``name`` is it too."""
+
+    @property
+    def label(self) -> str:
+        """How decisions and errors name it."""
+        return f"'{self.name}'"
+
+
+class ResolvedDataset(DatasetSpec):
+    """A dataset a task reads or writes through an Airflow Asset: its spec entry's rule, narrowed by the
+    asset's ``extra``; or the asset's own fields when no entry matches it."""
+
+    name: str
+    """The spec entry's name, or the asset's URI when no entry matches it."""
+    asset: str
+    """The asset's URI."""
+    entry: str | None = None
+    """The spec entry it matched (None: its ``extra`` alone says what it is)."""
+    written_on: str | None = None
+    """The member its latest asset event says it was written on: ``cluster`` is that one then."""
+
+    @property
+    def label(self) -> str:
+        written = f", written on '{self.written_on}'" if self.written_on is not None else ""
+        if self.entry is None:
+            return f"'{self.asset[:200]}' (asset{written})"
+        return f"'{self.name}' (asset '{self.asset[:200]}'{written})"
 
 
 class Weights(_Model):
@@ -307,6 +343,8 @@ class FederationSpec(_Model):
             if dataset.name in datasets:
                 raise SpecError(f"datasets[{index}].name: duplicate dataset name '{dataset.name}'")
             datasets.add(dataset.name)
+            if dataset.cluster is None:
+                raise SpecError(f"datasets[{index}].cluster: required (the cluster the data lives on)")
             if dataset.cluster not in seen:
                 known = ", ".join(sorted(seen))
                 raise SpecError(
@@ -355,6 +393,13 @@ class FederationSpec(_Model):
         return _Names(
             clusters={cluster.name: cluster for cluster in self.clusters},
             datasets={dataset.name: dataset for dataset in self.datasets},
+            asset_names=_asset_names(self.datasets),
+            asset_globs=[
+                (pattern, dataset)
+                for dataset in self.datasets
+                for pattern in dict.fromkeys(dataset.assets)
+                if GLOB_CHARACTERS & set(pattern)
+            ],
             regions=frozenset(self.known_regions()),
             groups=frozenset(cluster.proximity_group for cluster in self.clusters),
             tenants={tenant.name: tenant for tenant in self.tenants},
@@ -392,6 +437,7 @@ class FederationSpec(_Model):
         *,
         clusters: Iterable[str] | None = None,
         datasets: Iterable[str] = (),
+        assets: Iterable[AssetDataset] = (),
         prefer_region: str | None = None,
         prefer_group: str | None = None,
         tenant: str | None = None,
@@ -401,11 +447,14 @@ class FederationSpec(_Model):
         tenant.
 
         Raises :class:`SpecError` naming the field (under ``where``, e.g. ``request.datasets[0]``) and
-        what is known; returns the datasets, resolved. The engine, the operator and the CLI call this.
+        what is known; returns the datasets, resolved: those named, then those of the task's Airflow
+        Assets (:meth:`resolve_asset`). The engine, the operator and the CLI call this.
         """
+        assets = list(assets)
         if (
             clusters is None
             and not datasets
+            and not assets
             and prefer_region is None
             and prefer_group is None
             and tenant is None
@@ -422,6 +471,10 @@ class FederationSpec(_Model):
                 _check_known([name], names.datasets, f"{prefix}datasets[{position}]", "dataset", False)
             else:
                 resolved.append(dataset)
+        for position, asset in enumerate(assets):
+            found = self.resolve_asset(asset, f"{prefix}assets[{position}]")
+            if found is not None:
+                resolved.append(found)
         if prefer_region is not None and prefer_region not in names.regions:
             _check_known([prefer_region], names.regions, f"{prefix}prefer_region", "region", False)
         if prefer_group is not None and prefer_group not in names.groups:
@@ -430,11 +483,120 @@ class FederationSpec(_Model):
             _check_known([tenant], names.tenants, f"{prefix}tenant", "tenant", False)
         return resolved
 
+    def resolve_asset(self, asset: AssetDataset, where: str) -> ResolvedDataset | None:
+        """The dataset an Airflow Asset is: the one spec entry matching its URI or name, narrowed by its
+        ``extra``; its ``extra`` alone when no entry matches; None when neither says anything (it is not a
+        restricted dataset). Two matching entries, an ``extra`` widening the entry's allowed regions or
+        contradicting where the entry says the data lives, an unknown cluster or region: :class:`SpecError`
+        naming ``where``, the asset and the field."""
+        at = f"{where} ({asset.role} {asset.label})"
+        names = self._names
+        matched: dict[str, DatasetSpec] = {}
+        for key in (asset.uri, asset.name):
+            for dataset in names.asset_names.get(key, ()):
+                matched.setdefault(dataset.name, dataset)
+        for pattern, dataset in names.asset_globs:
+            if dataset.name not in matched and (
+                fnmatchcase(asset.uri, pattern) or fnmatchcase(asset.name, pattern)
+            ):
+                matched[dataset.name] = dataset
+        if len(matched) > 1:
+            entries = ", ".join(f"'{name}'" for name in sorted(matched))
+            raise SpecError(
+                f"{at}: matched by spec datasets {entries}; an asset is one dataset: make the spec's "
+                "`assets` patterns disjoint"
+            )
+        fields = asset.fedsched
+        extra = f"extra.{EXTRA_KEY}"
+        if fields is not None:
+            if fields.cluster is not None and fields.cluster not in names.clusters:
+                listed = ", ".join(sorted(names.clusters))
+                raise SpecError(
+                    f"{at}: {extra}.cluster: unknown cluster '{fields.cluster}' (known: {listed})"
+                )
+            for region, field in [(fields.region, "region")] + [
+                (r, f"allowed_regions[{i}]") for i, r in enumerate(fields.allowed_regions or ())
+            ]:
+                if region is not None and region not in names.regions:
+                    listed = ", ".join(sorted(names.regions))
+                    raise SpecError(f"{at}: {extra}.{field}: unknown region '{region}' (known: {listed})")
+        entry = next(iter(matched.values()), None)
+        # Where its latest event says it was written (an inlet's): locality and egress go there. A member
+        # the spec no longer has is ignored: the event only steers a preference, never a rule.
+        written = asset.written_on if asset.role == "inlet" else None
+        written = written if written in names.clusters else None
+        if entry is None:
+            if written is None and (
+                fields is None
+                or (fields.cluster is None and fields.region is None and fields.allowed_regions is None)
+            ):
+                return None  # no spec entry and nothing said of it: not a restricted dataset
+            cluster = fields.cluster if fields is not None else None
+            if fields is not None and cluster is not None and fields.region is not None:
+                self._check_home(at, f"{extra}.region", fields.region, cluster, f"{extra}.cluster")
+            return ResolvedDataset(
+                name=asset.uri,
+                asset=asset.uri,
+                cluster=written or cluster,
+                size_gb=(fields.size_gb if fields is not None else None) or 0.0,
+                allowed_regions=fields.allowed_regions if fields is not None else None,
+                written_on=written,
+            )
+        allowed = entry.allowed_regions
+        size = entry.size_gb
+        if fields is not None:
+            source = f"spec dataset '{entry.name}'"
+            if fields.cluster is not None and fields.cluster != entry.cluster:
+                raise SpecError(
+                    f"{at}: {extra}.cluster: '{fields.cluster}' contradicts {source}, which lives on "
+                    f"'{entry.cluster}'"
+                )
+            if fields.region is not None and entry.cluster is not None:
+                self._check_home(at, f"{extra}.region", fields.region, entry.cluster, source)
+            if fields.allowed_regions is not None:
+                wider = sorted(set(fields.allowed_regions) - set(allowed)) if allowed is not None else []
+                if wider:
+                    raise SpecError(
+                        f"{at}: {extra}.allowed_regions: {wider} widen {source} (allowed: "
+                        f"{', '.join(allowed or ())}); an asset's extra may narrow a rule, never widen it"
+                    )
+                allowed = fields.allowed_regions
+            if fields.size_gb is not None:
+                size = fields.size_gb
+        return ResolvedDataset(
+            name=entry.name,
+            asset=asset.uri,
+            entry=entry.name,
+            cluster=written or entry.cluster,
+            size_gb=size,
+            allowed_regions=allowed,
+            written_on=written,
+        )
+
+    def _check_home(self, at: str, field: str, region: str, cluster: str, source: str) -> None:
+        home = self._names.clusters[cluster].region
+        if region != home:
+            raise SpecError(
+                f"{at}: {field}: '{region}' contradicts {source}: cluster '{cluster}' is in '{home}'"
+            )
+
+
+def _asset_names(datasets: Iterable[DatasetSpec]) -> dict[str, list[DatasetSpec]]:
+    """Asset URI or name -> the entries naming it exactly (by ``name`` or a pattern without a glob)."""
+    index: dict[str, list[DatasetSpec]] = {}
+    for dataset in datasets:
+        keys = [dataset.name, *(p for p in dataset.assets if not GLOB_CHARACTERS & set(p))]
+        for key in dict.fromkeys(keys):
+            index.setdefault(key, []).append(dataset)
+    return index
+
 
 @dataclass(frozen=True, slots=True)
 class _Names:
     clusters: dict[str, ClusterSpec]
     datasets: dict[str, DatasetSpec]
+    asset_names: dict[str, list[DatasetSpec]]
+    asset_globs: list[tuple[str, DatasetSpec]]
     regions: frozenset[str]
     groups: frozenset[str]
     tenants: dict[str, TenantSpec]

@@ -3,16 +3,26 @@ reserved or created."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import kubernetes
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import Asset
+from airflow.sdk.definitions.asset import AssetNameRef, AssetUriRef
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.federation._errors import PermanentError
+from airflow_provider_fedsched.federation.assets import (
+    EXTRA_KEY,
+    AssetDataset,
+    asset_dataset,
+    where_written,
+    written_on,
+)
 from airflow_provider_fedsched.federation.limits import check_seconds
 from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
@@ -31,6 +41,8 @@ from airflow_provider_fedsched.validation.operator import (
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.federation import FederationHook
+
+log = logging.getLogger(__name__)
 
 CONFLICTING = ("kubernetes_conn_id", "cluster_context", "config_file", "in_cluster")
 """KubernetesPodOperator arguments that pick a cluster: the federation does that."""
@@ -137,6 +149,58 @@ def task_tenant(
     return tenant
 
 
+def latest_written_on(context: Any, inlet: Any) -> str | None:
+    """The cluster the inlet's latest asset event says it was written on (None without a try's context,
+    an event, or a readable one). Reading it fails no task: it only steers locality."""
+    if not isinstance(context, Mapping) or "inlet_events" not in context:
+        return None
+    try:
+        events = list(context["inlet_events"][inlet].ascending(False).limit(1))
+    except Exception as exc:  # the API server's answer; locality is a preference, never worth a failed try
+        log.warning("Cannot read the latest event of asset %s: %s", inlet, str(exc)[:300])
+        return None
+    return written_on(events[0].extra) if events else None
+
+
+def task_assets(inlets: Sequence[Any], outlets: Sequence[Any], context: Any = None) -> list[AssetDataset]:
+    """The task's Assets (inlets, then outlets) as the datasets it reads or writes, each once; its extra's
+    ``fedsched`` fields checked, naming the asset. A reference by name or URI carries no extra; an
+    AssetAlias names no asset until the task emits events, so it is not a dataset here. With a try's
+    ``context``, an inlet carries the cluster its latest event says it was written on."""
+    found: dict[str, AssetDataset] = {}
+    roles: tuple[tuple[Literal["inlet", "outlet"], Sequence[Any]], ...] = (
+        ("inlet", inlets),
+        ("outlet", outlets),
+    )
+    for role, items in roles:
+        for position, item in enumerate(items):
+            where = f"{role}s[{position}]"
+            try:
+                if not isinstance(item, Asset | AssetUriRef | AssetNameRef):
+                    continue
+                written = latest_written_on(context, item) if role == "inlet" else None
+                if isinstance(item, Asset):
+                    dataset = asset_dataset(item.uri, item.name, item.extra, role, where, written)
+                elif isinstance(item, AssetUriRef):
+                    dataset = asset_dataset(item.uri, item.uri, None, role, where, written)
+                else:
+                    dataset = asset_dataset(item.name, item.name, None, role, where, written)
+            except SpecError as exc:
+                raise FederationError(str(exc)) from None
+            found.setdefault(dataset.model_dump_json(exclude={"role"}), dataset)
+    return list(found.values())
+
+
+def mark_outlets(context: Any, outlets: Sequence[Any], cluster: str, region: str) -> None:
+    """On success: each outlet Asset's event says where the data was written (``extra["fedsched"]``), so
+    that a task reading it next is placed toward it."""
+    if not isinstance(context, Mapping) or "outlet_events" not in context:
+        return
+    for item in outlets:
+        if isinstance(item, Asset | AssetUriRef | AssetNameRef):
+            context["outlet_events"][item].extra[EXTRA_KEY] = where_written(cluster, region)
+
+
 def budget(value: Any, argument: str) -> float | None:
     if value is None:
         return None
@@ -239,6 +303,11 @@ class Arguments(KubernetesPodOperator):
             cluster_selector=self.cluster_selector,
             policy=self.policy,
         )
+        assets = task_assets(self.inlets, self.outlets, context)
+        try:  # the datasets its Assets are, before anything is reserved: a conflict fails the try here
+            spec.check_references(datasets=self.datasets, assets=assets)
+        except SpecError as exc:
+            raise FederationError(str(exc)) from None
         # The pod template reads connection extras (namespace, sidecar): any member that resolves will
         # do, so a broken member never fails a task the others can run (the decision says why it is out).
         members = self.clusters or [c.name for c in spec.clusters]
@@ -272,6 +341,7 @@ class Arguments(KubernetesPodOperator):
             request = TaskRequest.from_pod_spec(
                 pod_spec,
                 datasets=self.datasets,
+                assets=assets,
                 prefer_region=self.prefer_region,
                 prefer_group=self.prefer_group,
                 clusters=self.clusters,

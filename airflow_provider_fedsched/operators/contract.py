@@ -25,6 +25,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 )
 
 from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
+from airflow_provider_fedsched.federation.spec import SpecError
 from airflow_provider_fedsched.kube import failures
 from airflow_provider_fedsched.kube.failures import (
     ClusterFailure,
@@ -43,7 +44,7 @@ from airflow_provider_fedsched.kube.pods import (
     as_dict,
 )
 from airflow_provider_fedsched.operators import attempts, records
-from airflow_provider_fedsched.operators.arguments import FederationError, seconds
+from airflow_provider_fedsched.operators.arguments import FederationError, mark_outlets, seconds
 from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT, EarlierTries
 from airflow_provider_fedsched.operators.fences import FenceWatch, own_pod_manager
 
@@ -459,6 +460,12 @@ class Contract(EarlierTries):
         records.end_attempt(self.federation_hook, self._record, attempt, outcome, reason)
         records.end_try(self._record, outcome, reason)
         self._save(context)
+        if outcome == "succeeded" and self.outlets:  # where its outputs were written, for their readers
+            try:
+                region = self.federation_hook.spec.cluster(attempt.cluster).region
+            except SpecError:
+                return  # a member gone from the spec since: no place to point a reader to
+            mark_outlets(context, self.outlets, attempt.cluster, region)
         self.log.info("Placement: %s", self._record.summary())
 
     def _give_up(self, context: Any, reason: str) -> FederationError:

@@ -69,7 +69,9 @@ class Pricing:
         }
         egress = {c.name: c.prices.egress_gb for c in spec.clusters}
         self._datasets = {
-            d.name: (d.cluster, d.size_gb, d.size_gb * egress[d.cluster]) for d in spec.datasets
+            d.name: (d.cluster, d.size_gb, d.size_gb * egress[d.cluster])
+            for d in spec.datasets
+            if d.cluster is not None  # always, in a loaded spec: only an asset's dataset may have none
         }
         self._regions = {c.name: c.region for c in spec.clusters}
         self._allowed = {d.name: d.allowed_regions for d in spec.datasets}

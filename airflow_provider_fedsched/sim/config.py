@@ -150,6 +150,8 @@ class DatasetConfig(_Model):
     cluster: str
     size_gb: SizeGb
     allowed_regions: list[str] | None = None
+    assets: list[str] = Field(default_factory=list)
+    """Airflow Assets that are this dataset (URIs or names, globs): as the spec's ``assets``."""
 
 
 class SimConfig(_Model):

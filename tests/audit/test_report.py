@@ -252,8 +252,8 @@ def test_any_single_byte_change_is_detected(exported: bytes, position: int, byte
     try:
         result = verify_report(changed)
     except NotAReport:
-        # Only a change to what makes it a report at all (its format name) reads as not one.
-        assert b'"fedsched-audit-report"' not in changed
+        # Only a change to what makes it a report at all (its format name and key) reads as not one.
+        assert b'"format": "fedsched-audit-report"' not in changed
         return
     assert not result.ok and result.problem
 
@@ -287,3 +287,53 @@ def test_the_table_lists_every_entry_and_each_ledger_not_read(spec: FederationSp
     assert "1 entries: 0 compliant, 1 violation(s), 0 unverifiable" in table
     assert "ledger of east-cpu not read: did not answer (timeout)" in table
     assert "0 entries" in audit_table(report_of(spec, []))
+
+
+def asset_try(task_id: str, cluster: str, *assets: dict[str, Any]) -> PlacementRecord:
+    record = try_record(task_id, [cluster], [])
+    assert record.request is not None
+    record.request["assets"] = list(assets)
+    return record
+
+
+def test_a_try_whose_asset_is_a_restricted_dataset_is_audited_under_the_rule_it_brought(
+    spec: FederationSpec,
+) -> None:
+    customers = {"uri": "s3://eu-lake/customers/2026.parquet", "name": "customers", "role": "inlet"}
+    narrowed = {
+        "uri": "s3://cn-lake/user-events/day=1",
+        "name": "s3://cn-lake/user-events/day=1",
+        "role": "outlet",
+        "fedsched": {"allowed_regions": ["cn-north-1"]},
+    }
+    report = report_of(
+        spec,
+        [
+            asset_try("kept", "west-general", customers),
+            asset_try("moved", "east-cpu", narrowed),  # user-events allows cn-east-1; the asset does not
+            asset_try("scratch", "east-cpu", {"uri": "file:///tmp/x", "name": "x"}),  # not restricted
+            asset_try(
+                "gone", "east-cpu", {"uri": "s3://other", "name": "o", "fedsched": {"cluster": "moon"}}
+            ),
+        ],
+    )
+    by_task = {e["task_id"]: e for e in report["entries"]}
+    assert sorted(by_task) == ["gone", "kept", "moved"]
+    assert by_task["kept"]["verdict"] == "compliant"
+    assert by_task["kept"]["datasets"] == [
+        {
+            "name": "eu-customers",
+            "asset": "s3://eu-lake/customers/2026.parquet",
+            "allowed_regions": ["eu-west-1"],
+            "rule": f"federation spec '{spec.name}', datasets[1] (eu-customers)",
+        }
+    ]
+    moved = by_task["moved"]
+    assert (moved["verdict"], moved["allowed_regions"]) == ("violation", ["cn-north-1"])
+    assert moved["datasets"][0]["rule"].endswith(
+        "(user-events), narrowed by asset 's3://cn-lake/user-events/day=1' extra.fedsched"
+    )
+    assert by_task["gone"]["verdict"] == "unverifiable" and "asset 's3://other'" in by_task["gone"]["reason"]
+    only = report_of(spec, [asset_try("kept", "west-general", customers)], dataset="eu-customers")
+    assert [e["task_id"] for e in only["entries"]] == ["kept"]
+    assert verify_report(dump_report(report).encode()).ok

@@ -79,7 +79,7 @@ def _sovereignty(datasets: list[DatasetSpec], region: str) -> Status:
         if dataset.allowed_regions is not None and region not in dataset.allowed_regions:
             allowed = ", ".join(dataset.allowed_regions) or "none"
             return unresolvable(
-                f"region '{region}' is not allowed by dataset '{dataset.name}' (allowed: {allowed})"
+                f"region '{region}' is not allowed by dataset {dataset.label} (allowed: {allowed})"
             )
     return SUCCESS
 
@@ -102,7 +102,7 @@ class Sovereignty(FilterPlugin):
         if not restricted:
             return None
         allowed = set.intersection(*(set(d.allowed_regions or ()) for d in restricted))
-        names = ", ".join(d.name for d in restricted)
+        names = ", ".join(d.label for d in restricted)
         if allowed:
             return (
                 f"datasets {names} may only be processed in {', '.join(sorted(allowed))}, "

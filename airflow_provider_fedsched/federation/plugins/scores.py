@@ -58,6 +58,8 @@ class Cost(ScorePlugin):
         saved: dict[str, float] = {}
         total = 0.0
         for dataset in state.datasets:
+            if dataset.cluster is None:
+                continue  # an asset in a region, on no member: no cluster has it locally
             cost = dataset.size_gb * state.spec.cluster(dataset.cluster).prices.egress_gb
             total += cost
             saved[dataset.cluster] = saved.get(dataset.cluster, 0.0) + cost
@@ -128,6 +130,8 @@ class Locality(ScorePlugin):
             return
         local: dict[str, float] = {}
         for dataset in state.datasets:
+            if dataset.cluster is None:
+                continue
             local[dataset.cluster] = local.get(dataset.cluster, 0.0) + dataset.size_gb
         _SHARES.put(state, {cluster: 100.0 * gb / total for cluster, gb in local.items()})
 

@@ -95,6 +95,8 @@ class Budget(FilterPlugin):
         local: dict[str, tuple[float, float]] = {}
         total_gb = total_cost = 0.0
         for dataset in state.datasets:
+            if dataset.cluster is None:
+                continue
             cost = dataset.size_gb * state.spec.cluster(dataset.cluster).prices.egress_gb
             total_gb, total_cost = total_gb + dataset.size_gb, total_cost + cost
             gb_here, cost_here = local.get(dataset.cluster, (0.0, 0.0))

@@ -1,0 +1,77 @@
+"""DAGs whose tasks name their data as Airflow Assets (inlets and outlets), against the simulated federation
+with the ``assets`` patterns ``tests/operators/test_assets.py`` adds to its spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Asset
+
+from tests.operators.dags.federated_dags import federated_dag
+
+CUSTOMERS = Asset(uri="s3://eu-lake/customers/2026.parquet", name="customers-2026")
+"""eu-customers by the spec's glob: eu-west-1 only."""
+EVENTS_DAY = Asset(
+    "s3://cn-lake/user-events/day=1",
+    extra={"fedsched": {"allowed_regions": ["cn-north-1"], "size_gb": 2}},
+)
+"""user-events (cn-east-1, cn-north-1) by the spec's glob, narrowed by its extra to cn-north-1."""
+
+# Tempted towards China by its preferred region; its inlet keeps it in eu-west-1.
+federated_dag("fed_asset_sovereign", inlets=[CUSTOMERS], prefer_region="cn-east-1")
+# Writes its output as a sovereign asset: an outlet is a dataset too.
+federated_dag(
+    "fed_asset_outlet",
+    outlets=[Asset("s3://eu-lake/customers/scores", extra={"fedsched": {"size_gb": 1}})],
+    prefer_region="cn-east-1",
+)
+# Where user-events lives (east-cpu) would be local; the asset's narrower rule wins.
+federated_dag("fed_asset_narrowed", inlets=[EVENTS_DAY])
+# The explicit datasets= still works beside an asset: both rules hold (no region in common here).
+federated_dag("fed_asset_and_datasets", inlets=[CUSTOMERS], datasets=["user-events"])
+# An extra widening its entry's rule fails the try before anything is reserved or created.
+federated_dag(
+    "fed_asset_widening",
+    inlets=[Asset("s3://eu-lake/customers/all", extra={"fedsched": {"allowed_regions": ["cn-east-1"]}})],
+)
+
+
+def lineage_dag(dag_id: str, features: Asset, *, write: bool) -> None:
+    """``write`` (pinned to west-general) writes ``features``; ``read`` reads it, placed where it was
+    written. Without ``write``, ``read`` has no event to follow."""
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+    from tests.operators.dags.federated_dags import requests, sim
+
+    common: dict[str, Any] = {
+        "image": "busybox:1.36",
+        "cmds": ["sh", "-c", "true"],
+        "unschedulable_grace_seconds": 0,
+        "container_resources": requests(),
+        "annotations": sim(),
+    }
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+        read = FederatedKubernetesOperator(task_id="read", inlets=[features], **common)
+        if write:
+            (
+                FederatedKubernetesOperator(
+                    task_id="write", outlets=[features], clusters=["west-general"], **common
+                )
+                >> read
+            )
+
+
+# Features no spec entry names, 300 GB: where the latest event says they were written, locality follows.
+lineage_dag(
+    "fed_asset_lineage",
+    Asset(uri="s3://scratch/features/v1", extra={"fedsched": {"size_gb": 300}}),
+    write=True,
+)
+lineage_dag(
+    "fed_asset_never_written",
+    Asset(uri="s3://scratch/features/never-written", extra={"fedsched": {"size_gb": 300}}),
+    write=False,
+)
