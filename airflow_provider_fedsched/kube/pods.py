@@ -184,6 +184,11 @@ class FederatedPodManager(PodManager):
         """While following logs (:meth:`fetch_container_logs`), a stream ended in an error or the cluster
         went silent: the stream may have ended before the container did."""
 
+    def know(self, namespace: str, name: str) -> None:
+        """Note a pod that its attempt created (in an earlier process: a deferred task resumed, a try
+        reattached): a refusal of its reads (401, 403) is then waited for as silence, never a verdict."""
+        self._known.add((namespace, name))
+
     def extract_xcom_json(self, pod: k8s.V1Pod) -> str:
         """The provider's read of the XCom sidecar's ``return.json``, failing with the pod, the cluster and
         what came back when that is not JSON. The sidecar always prints the file or the provider's

@@ -67,3 +67,32 @@ def test_lines_written_while_the_stream_was_broken_are_read_once_the_cluster_ans
     # Each line once: the rest is read after the outage, without the lines read before it.
     assert [line.strip() for line in Lines.seen] == lines
     assert manager.logs_interrupted
+
+
+def test_a_refused_read_of_a_pod_its_attempt_created_is_waited_for_not_taken_as_an_answer(
+    solo: tuple[SimFederation, client.CoreV1Api],
+) -> None:
+    """Full test-bed soak finding (``deferred_plain[4]``): a deferred task resumed after its pod
+    Succeeded, while its cluster's RBAC was revoked for 40 s; the resumed process's manager had never
+    read the pod, took the 403 for an answer, and the try failed, so its retry ran the work again.
+    A pod its attempt created (``know``) is read again through refusals, within the grace."""
+    fed, api = solo
+    name = unique("known")
+    api.create_namespaced_pod("default", pod_body(name, annotations={"sim.fedsched.io/duration": "1"}))
+    fed["solo"].wait_for_phase("default", name, "Succeeded")
+    remote = client.V1Pod(metadata=client.V1ObjectMeta(name=name, namespace="default"))
+    route = f"/api/v1/namespaces/default/pods/{name}$"
+
+    fresh = FederatedPodManager(api, cluster="solo", server=fed["solo"].url, watch=Watch(grace=60))
+    fed["solo"].faults.fail(status=403, times=1, route=route, method="GET")
+    with pytest.raises(client.ApiException) as refused:
+        fresh.read_pod(remote)  # a pod this manager knows nothing of: the refusal is its answer
+    assert refused.value.status == 403
+
+    resumed = FederatedPodManager(api, cluster="solo", server=fed["solo"].url, watch=Watch(grace=60))
+    resumed.know("default", name)
+    fed["solo"].faults.fail(status=403, times=3, route=route, method="GET")
+    read = resumed.read_pod(remote)
+    assert read.status.phase == "Succeeded"
+    assert resumed.watch.unanswered_since is None  # reattached once the cluster allowed the read
+    fed["solo"].faults.clear()
