@@ -403,7 +403,11 @@ def gangs(entries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     for uid, pods in jobs.items():
         first = pods[0]
         starts = [p["started_at"] for p in pods if p.get("started_at") is not None]
-        ends = [p.get("ended_at") for p in pods]
+        # A pod that never started and left the API never ran: it has no end, and it does not hold the
+        # gang's end open (one never scheduled made a gang deleted at once look like it ran for ever).
+        ends = [
+            p.get("ended_at") for p in pods if p.get("started_at") is not None or p.get("removed_at") is None
+        ]
         outcomes = {p.get("outcome") for p in pods}
         out.append(
             {
@@ -414,7 +418,7 @@ def gangs(entries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
                 "node": ",".join(sorted({str(p.get("node") or "-") for p in pods})),
                 "created_at": min(float(p["created_at"]) for p in pods),
                 "started_at": min(starts) if starts else None,
-                "ended_at": max(e for e in ends if e is not None) if None not in ends else None,
+                "ended_at": max(e for e in ends if e is not None) if ends and None not in ends else None,
                 "removed_at": (
                     None
                     if any(p.get("removed_at") is None for p in pods)

@@ -404,3 +404,24 @@ def test_the_auditor_reads_a_simulated_clusters_journal_over_http(tmp_path: Any)
             [Expectation("t", 0), Expectation("t", 1)],
         )
     assert (result.pods, result.succeeded, result.duplicates, result.leaked) == (3, 2, 1, 1)
+
+
+def test_a_gang_deleted_before_one_of_its_pods_was_scheduled_ended_when_its_running_pods_did() -> None:
+    """Full test-bed soak finding (``gang_job[5]``): a gang whose third pod was never scheduled was deleted
+    within 9 s with its two running pods; the pod that never ran has no end, and the auditor took the
+    whole gang for still running, so the retry's gang 800 s later was "two copies at the same time"."""
+    deleted = [gang_pod("g.0", "g-a", i, 71, 80, "deleted") for i in range(2)]
+    unscheduled = gang_pod("g.0", "g-a", 2, 0, 0, "deleted")
+    unscheduled.update(started_at=None, ended_at=None, outcome=None, node=None, removed_at=79.0)
+    retry = [gang_pod("g.0", "g-b", i, 897, 912, "succeeded") for i in range(3)]
+    (first,) = gangs([*deleted, unscheduled])
+    assert first["ended_at"] == 80
+    result = run_audit(
+        [journal("east", *deleted, unscheduled, *retry)], [ti("g", 0, "success")], [Expectation("g", 0)]
+    )
+    assert (result.succeeded, result.duplicates) == (1, 0), [f.text for f in result.findings]
+    assert not [f for f in result.findings if f.kind == "outlived"]
+    # A pod that never started but is still in the API may start yet: the gang is not over.
+    pending = {**unscheduled, "removed_at": None}
+    (still,) = gangs([*deleted, pending])
+    assert still["ended_at"] is None
