@@ -42,7 +42,12 @@ from airflow_provider_fedsched.operators.arguments import FederationError
 from airflow_provider_fedsched.operators.contract import ClusterLeft, Judged, short_error
 from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
-from airflow_provider_fedsched.validation.operator import check_annotations, check_job_arguments
+from airflow_provider_fedsched.validation.operator import (
+    check_annotations,
+    check_divided_job,
+    check_job_arguments,
+    gang_marker,
+)
 
 __all__ = ["FederatedKubernetesJobOperator"]
 
@@ -63,11 +68,18 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
     )
 
     def __init__(
-        self, *, job_poll_interval: float = 2.0, wait_until_job_complete: bool = True, **kwargs: Any
+        self,
+        *,
+        job_poll_interval: float = 2.0,
+        wait_until_job_complete: bool = True,
+        divide: bool = False,
+        **kwargs: Any,
     ):
         super().__init__(
             job_poll_interval=job_poll_interval, wait_until_job_complete=wait_until_job_complete, **kwargs
         )
+        self.divide = divide
+        """Split an Indexed Job's indices over the members by their room (docs/jobs.md, Divided jobs)."""
         self._killed = False
         """Set by :meth:`on_kill`: the task was ended; nothing is judged, created or launched after it."""
 
@@ -96,10 +108,51 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             )
         except SpecError as exc:
             raise FederationError(str(exc)) from None
+        self._check_division()
         pod, request = super().prepare(context, hook)
+        if self.divide:
+            raise FederationError(
+                "divide: not available yet: a divided Job is refused rather than run undivided (docs/jobs.md)"
+            )
         others = request.model_dump(exclude={"resources", "gang"})
         gang = TaskRequest.for_gang([GangRole(count=self.gang_size, resources=request.resources)], **others)
         return pod, gang
+
+    def _check_division(self) -> None:
+        """``divide`` and what a divided Job needs, judged on the Job as it would run: ``full_job_spec``
+        fills what the operator's arguments leave unset (as :meth:`_attempt_job` merges them)."""
+        job = self.full_job_spec
+        job_spec = getattr(job, "spec", None)
+        template = getattr(getattr(job_spec, "template", None), "metadata", None)
+
+        def effective(name: str) -> Any:
+            given = getattr(self, name, None)
+            return given if given is not None else getattr(job_spec, name, None)
+
+        pod = getattr(self.full_pod_spec, "metadata", None)
+        markers = [
+            ("labels", self.labels),
+            ("annotations", self.annotations),
+            ("full_pod_spec.metadata.labels", getattr(pod, "labels", None)),
+            ("full_pod_spec.metadata.annotations", getattr(pod, "annotations", None)),
+            ("full_job_spec.metadata.labels", getattr(job.metadata, "labels", None) if job else None),
+            (
+                "full_job_spec.metadata.annotations",
+                getattr(job.metadata, "annotations", None) if job else None,
+            ),
+            ("full_job_spec.spec.template.metadata.labels", getattr(template, "labels", None)),
+            ("full_job_spec.spec.template.metadata.annotations", getattr(template, "annotations", None)),
+        ]
+        try:
+            check_divided_job(
+                divide=self.divide,
+                completions=effective("completions"),
+                parallelism=effective("parallelism"),
+                completion_mode=effective("completion_mode"),
+                gang=gang_marker(markers),
+            )
+        except SpecError as exc:
+            raise FederationError(str(exc)) from None
 
     @property
     def gang_size(self) -> int:
