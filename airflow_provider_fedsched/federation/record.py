@@ -63,6 +63,9 @@ class Attempt(BaseModel):
     cost: float | None = None
     """Estimated cost of this attempt, set when it ends: price per hour x hours its pod ran, plus the
     egress cost if it ran at all (an attempt that never ran moved and used nothing)."""
+    indices: str | None = None
+    """A divided Job's slice (``divide=True``): the global indices this attempt's Job ran, as Kubernetes
+    writes completed indexes (``0-19,25``); None for a whole Job or a pod (and in older records)."""
 
     def accrued_cost(self, until: datetime) -> tuple[float, float]:
         """``(cost, egress GB)`` of this attempt up to ``until`` (or its end)."""

@@ -40,6 +40,7 @@ from airflow_provider_fedsched.kube.pods import unanswered
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError
 from airflow_provider_fedsched.operators.contract import ClusterLeft, Judged, short_error
+from airflow_provider_fedsched.operators.divided import DividedRun
 from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
 from airflow_provider_fedsched.validation.operator import (
@@ -80,6 +81,9 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         )
         self.divide = divide
         """Split an Indexed Job's indices over the members by their room (docs/jobs.md, Divided jobs)."""
+        self.division_size = (0, 0)
+        """``(completions, parallelism)`` of a divided Job, as it runs (set by :meth:`prepare`)."""
+        self._divided: DividedRun | None = None
         self._killed = False
         """Set by :meth:`on_kill`: the task was ended; nothing is judged, created or launched after it."""
 
@@ -111,9 +115,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         self._check_division()
         pod, request = super().prepare(context, hook)
         if self.divide:
-            raise FederationError(
-                "divide: not available yet: a divided Job is refused rather than run undivided (docs/jobs.md)"
-            )
+            return pod, request  # judged for one of its pods: the slices follow every member's room
         others = request.model_dump(exclude={"resources", "gang"})
         gang = TaskRequest.for_gang([GangRole(count=self.gang_size, resources=request.resources)], **others)
         return pod, gang
@@ -143,16 +145,26 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             ("full_job_spec.spec.template.metadata.labels", getattr(template, "labels", None)),
             ("full_job_spec.spec.template.metadata.annotations", getattr(template, "annotations", None)),
         ]
+        completions, parallelism = effective("completions"), effective("parallelism")
         try:
             check_divided_job(
                 divide=self.divide,
-                completions=effective("completions"),
-                parallelism=effective("parallelism"),
+                completions=completions,
+                parallelism=parallelism,
                 completion_mode=effective("completion_mode"),
                 gang=gang_marker(markers),
             )
         except SpecError as exc:
             raise FederationError(str(exc)) from None
+        if not self.divide:
+            return
+        for name, given in (("deferrable", self.deferrable), ("preemptible", self.preemptible)):
+            if given:
+                raise FederationError(
+                    f"{name}: not available yet for a divided Job (divide=True): the worker watches every "
+                    "slice, and a silent member's slice fails the try"
+                )
+        self.division_size = (int(completions), int(parallelism or 1))
 
     @property
     def gang_size(self) -> int:
@@ -172,6 +184,13 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                 self.__dict__.pop(cached, None)
 
     # Entry points ----------------------------------------------------------------------------------------
+    def _continue(self, context: Any) -> Any:
+        """A divided Job's try watches its slices itself (operators/divided.py); a whole Job's is a gang's."""
+        if not self.divide:
+            return super()._continue(context)
+        self._divided = DividedRun(self, context)
+        return self._divided.run()
+
     def resume_job(self, context: Any, event: Any = None) -> Any:
         """Re-entry after a deferred poll: judge the running attempt from a fresh read."""
         self._begin(context)
@@ -522,6 +541,9 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         a Job found complete is recorded as a success before it goes, so that a retry never runs the gang
         again."""
         self._killed = True
+        if self._divided is not None:
+            self._divided.cancel()
+            return
         attempt = self.placement.current if self.placement else None
         if attempt is None or attempt.outcome != "running":
             return

@@ -57,6 +57,12 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         {**INDEXED, "annotations": {"example.com/min-available": "3"}},
         "annotations.example.com/min-available",
     ),
+    ("deferrable=True", {**INDEXED, "deferrable": True}, "deferrable: not available yet for a divided Job"),
+    (
+        "preemptible=True",
+        {**INDEXED, "preemptible": True},
+        "preemptible: not available yet for a divided Job",
+    ),
     (
         "a pod group in full_job_spec's template",
         {**INDEXED, "full_job_spec": _job_spec(labels={"pod-group.scheduling.sigs.k8s.io": "g"})},
@@ -98,10 +104,8 @@ def test_a_gang_marker_or_parallelism_above_completions_is_no_error_without_divi
 
 
 @pytest.mark.usefixtures("members")
-def test_a_valid_divided_job_is_refused_while_dividing_is_not_available() -> None:
-    """Never silently run undivided: until the operator divides, divide=True is refused by name."""
+def test_a_valid_divided_job_is_judged_for_one_of_its_pods() -> None:
     prepare, backend = _prepare(INDEXED)
-    check(
-        *run_bounded(lambda: raised(prepare, Exception)), "raised", "FederationError", "divide: not available"
-    )
+    _, request = prepare()
+    assert request.gang == () and request.gang_size == 1  # every member's room is counted in such pods
     assert backend.keys("") == []

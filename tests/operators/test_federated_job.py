@@ -677,3 +677,111 @@ def test_a_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_its_complete_j
     ], record
     assert left_behind(sim_federation, dag_id) == []
     assert FederationHook().orphans("east-cpu", kind="job") == []
+
+
+# Divided Indexed Jobs (issue 31) --------------------------------------------------------------------------
+FREE_CPU = {"west-general": 5, "east-cpu": 4}
+"""Free cpu left on each node of these members by fillers: 4 x 5 and 3 x 4. north-gpu's one untainted node
+(8 cpu) is its only room for an untolerating pod: 20 / 12 / 8 one-cpu pods, 50 / 30 / 20 % of 40."""
+
+
+@pytest.fixture
+def room_50_30_20(sim_federation: SimFederation, federation: Path) -> Iterator[None]:
+    fillers: list[tuple[str, str]] = []
+    for cluster, free in FREE_CPU.items():
+        handle = sim_federation[cluster]
+        for node in handle.nodes():
+            name = f"filler-{node['metadata']['name']}"
+            allocatable = int(node["status"]["allocatable"]["cpu"])
+            handle.create_pod(
+                "default",
+                {
+                    "metadata": {"name": name, "annotations": {"sim.fedsched.io/duration": "36000"}},
+                    "spec": {
+                        "nodeName": node["metadata"]["name"],
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "busybox",
+                                "resources": {"requests": {"cpu": str(allocatable - free)}},
+                            }
+                        ],
+                    },
+                },
+            )
+            fillers.append((cluster, name))
+    wait_for(
+        lambda: all(
+            (sim_federation[c].pod("default", n) or {}).get("status", {}).get("phase") == "Running"
+            for c, n in fillers
+        ),
+        timeout=60,
+    )
+    yield
+    for cluster, name in fillers:
+        sim_federation[cluster].delete_pod("default", name, grace=0)
+
+
+def _slice_jobs(fed: SimFederation, dag_id: str, seen: dict[tuple[str, str], str], stop: Any) -> None:
+    """Every slice Job of the DAG as its member holds it: (cluster, job) -> the FEDSCHED_INDICES its pods
+    are given (read from the Job's own pod template, until ``stop`` is set)."""
+    while not stop.is_set():
+        for cluster, handle in fed.handles.items():
+            for job in handle.jobs():
+                if (job["metadata"].get("labels") or {}).get("dag_id") != dag_id:
+                    continue
+                (container,) = [
+                    c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "base"
+                ]
+                env = {var["name"]: var.get("value") for var in container.get("env") or []}
+                seen[(cluster, job["metadata"]["name"])] = env["FEDSCHED_INDICES"]
+        stop.wait(0.1)
+
+
+def test_a_divided_job_runs_each_index_exactly_once_in_slices_that_follow_the_room(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    import threading
+
+    from airflow_provider_fedsched.operators.divided import global_index
+
+    dag_id = "divided_by_room"
+    jobs: dict[tuple[str, str], str] = {}
+    stop = threading.Event()
+    background(lambda: _slice_jobs(sim_federation, dag_id, jobs, stop))
+    try:
+        state, record = run(dag_id)
+    finally:
+        stop.set()
+
+    assert state == "success" and record is not None
+    assert record["outcome"] == "succeeded"
+    # One slice per member, each as large as the member's room: 50 / 30 / 20 % of the 40 indices.
+    slices = {a["cluster"]: (a["indices"], a["outcome"]) for a in record["attempts"]}
+    assert slices == {
+        "west-general": ("0-19", "succeeded"),
+        "east-cpu": ("20-31", "succeeded"),
+        "north-gpu": ("32-39", "succeeded"),
+    }
+    assert len(record["attempts"]) == 3
+    assert set(jobs) == {(a["cluster"], a["pod"]) for a in record["attempts"]}
+    assert {jobs[(a["cluster"], a["pod"])] for a in record["attempts"]} == {"0-19", "20-31", "32-39"}
+    division = record["decisions"][0]["extra"]["division"]
+    assert division["west-general"].startswith("20 of 40 waiting indices: room for 20 pod(s) now")
+    # Exactly once, judged from the members' own records: every pod that ran, by its Job and its
+    # JOB_COMPLETION_INDEX (the label the Job controller sets), mapped through the Job's FEDSCHED_INDICES.
+    ran: dict[int, list[str]] = {}
+    for cluster, handle in sim_federation.handles.items():
+        for entry in handle.journal():
+            labels = entry["labels"]
+            if labels.get("dag_id") != dag_id or entry["started_at"] is None:
+                continue
+            job = labels["batch.kubernetes.io/job-name"]
+            index = global_index(jobs[(cluster, job)], labels["batch.kubernetes.io/job-completion-index"])
+            ran.setdefault(index, []).append(f"{cluster}:{entry['outcome']}")
+    assert sorted(ran) == list(range(40))
+    assert all(len(runs) == 1 and runs[0].endswith(":succeeded") for runs in ran.values()), ran
+    assert left_behind(sim_federation, dag_id) == []  # every slice's Job went with its pods

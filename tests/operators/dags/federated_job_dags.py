@@ -108,3 +108,28 @@ gang_dag(
     checkpoint="s3://bucket/ckpt",
     unreachable_grace=120,
 )
+
+
+# Divided Indexed Jobs (issue 31): one slice per member, by its room (tests/operators/test_federated_job.py).
+def divided_dag(dag_id: str, duration: float = 20, **operator_args: Any) -> DAG:
+    args: dict[str, Any] = {"completions": 40, "parallelism": 40, "retries": 0, **operator_args}
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False) as dag:
+        FederatedKubernetesJobOperator(
+            task_id="work",
+            name="shards",
+            image="busybox:1.36",
+            cmds=["sh", "-c", "true"],
+            namespace="default",
+            container_resources=k8s.V1ResourceRequirements(requests={"cpu": "1", "memory": "64Mi"}),
+            completion_mode="Indexed",
+            divide=True,
+            backoff_limit=0,
+            job_poll_interval=0.3,
+            unschedulable_grace_seconds=3,
+            annotations={"sim.fedsched.io/duration": str(duration)},
+            **args,
+        )
+    return dag
+
+
+divided_dag("divided_by_room")
