@@ -8,6 +8,7 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -685,11 +686,11 @@ FREE_CPU = {"west-general": 5, "east-cpu": 4}
 (8 cpu) is its only room for an untolerating pod: 20 / 12 / 8 one-cpu pods, 50 / 30 / 20 % of 40."""
 
 
-@pytest.fixture
-def room_50_30_20(sim_federation: SimFederation, federation: Path) -> Iterator[None]:
+def _leave_room(fed: SimFederation) -> list[tuple[str, str]]:
+    """Fillers leaving :data:`FREE_CPU` on every node of those members; returns them, once they run."""
     fillers: list[tuple[str, str]] = []
     for cluster, free in FREE_CPU.items():
-        handle = sim_federation[cluster]
+        handle = fed[cluster]
         for node in handle.nodes():
             name = f"filler-{node['metadata']['name']}"
             allocatable = int(node["status"]["allocatable"]["cpu"])
@@ -712,11 +713,16 @@ def room_50_30_20(sim_federation: SimFederation, federation: Path) -> Iterator[N
             fillers.append((cluster, name))
     wait_for(
         lambda: all(
-            (sim_federation[c].pod("default", n) or {}).get("status", {}).get("phase") == "Running"
-            for c, n in fillers
+            (fed[c].pod("default", n) or {}).get("status", {}).get("phase") == "Running" for c, n in fillers
         ),
         timeout=60,
     )
+    return fillers
+
+
+@pytest.fixture
+def room_50_30_20(sim_federation: SimFederation, federation: Path) -> Iterator[None]:
+    fillers = _leave_room(sim_federation)
     yield
     for cluster, name in fillers:
         sim_federation[cluster].delete_pod("default", name, grace=0)
@@ -744,14 +750,8 @@ def test_a_divided_job_runs_each_index_exactly_once_in_slices_that_follow_the_ro
     room_50_30_20: None,
     background: Callable[[Callable[[], None]], None],
 ) -> None:
-    import threading
-
-    from airflow_provider_fedsched.operators.divided import global_index
-
     dag_id = "divided_by_room"
-    jobs: dict[tuple[str, str], str] = {}
-    stop = threading.Event()
-    background(lambda: _slice_jobs(sim_federation, dag_id, jobs, stop))
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
     try:
         state, record = run(dag_id)
     finally:
@@ -771,17 +771,152 @@ def test_a_divided_job_runs_each_index_exactly_once_in_slices_that_follow_the_ro
     assert {jobs[(a["cluster"], a["pod"])] for a in record["attempts"]} == {"0-19", "20-31", "32-39"}
     division = record["decisions"][0]["extra"]["division"]
     assert division["west-general"].startswith("20 of 40 waiting indices: room for 20 pod(s) now")
-    # Exactly once, judged from the members' own records: every pod that ran, by its Job and its
-    # JOB_COMPLETION_INDEX (the label the Job controller sets), mapped through the Job's FEDSCHED_INDICES.
-    ran: dict[int, list[str]] = {}
-    for cluster, handle in sim_federation.handles.items():
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
+    assert sorted(ran) == list(range(40))
+    assert all([run["outcome"] for run in runs] == ["succeeded"] for runs in ran.values()), ran
+    assert left_behind(sim_federation, dag_id) == []  # every slice's Job went with its pods
+
+
+def _runs_by_index(
+    fed: SimFederation, dag_id: str, jobs: dict[tuple[str, str], str]
+) -> dict[int, list[dict[str, Any]]]:
+    """Every pod of the DAG that started, by global index, judged from the members' own records: the
+    execution journal's entry (its Job and JOB_COMPLETION_INDEX, the labels the Job controller sets) mapped
+    through that Job's FEDSCHED_INDICES."""
+    from airflow_provider_fedsched.operators.divided import global_index
+
+    ran: dict[int, list[dict[str, Any]]] = {}
+    for cluster, handle in fed.handles.items():
         for entry in handle.journal():
             labels = entry["labels"]
             if labels.get("dag_id") != dag_id or entry["started_at"] is None:
                 continue
             job = labels["batch.kubernetes.io/job-name"]
             index = global_index(jobs[(cluster, job)], labels["batch.kubernetes.io/job-completion-index"])
-            ran.setdefault(index, []).append(f"{cluster}:{entry['outcome']}")
+            ran.setdefault(index, []).append({**entry, "cluster": cluster})
+    return ran
+
+
+def _watch_slices(
+    fed: SimFederation, dag_id: str, background: Callable[[Callable[[], None]], None]
+) -> tuple[dict[tuple[str, str], str], Any]:
+    import threading
+
+    jobs: dict[tuple[str, str], str] = {}
+    stop = threading.Event()
+    background(lambda: _slice_jobs(fed, dag_id, jobs, stop))
+    return jobs, stop
+
+
+def _divided_pods(fed: SimFederation, dag_id: str, phase: str) -> int:
+    return sum(
+        1
+        for handle in fed.handles.values()
+        for pod in handle.pods()
+        if (pod["metadata"].get("labels") or {}).get("dag_id") == dag_id
+        and pod["status"].get("phase") == phase
+    )
+
+
+def test_ending_a_divided_task_deletes_every_slice_with_its_pods_and_starts_nothing_else(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    dag_id = "divided_killed_while_running"
+    previous = signal.getsignal(signal.SIGTERM)
+    ended: list[bool] = []
+
+    def end_the_task_once_every_slice_runs() -> None:
+        wait_for(lambda: _divided_pods(sim_federation, dag_id, "Running") == 40, timeout=240)
+        # SIGTERM, as the supervisor sends when a user marks the task failed: its handler calls on_kill.
+        wait_for(lambda: getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_term", timeout=30)
+        ended.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    background(end_the_task_once_every_slice_runs)
+    try:
+        state, record = run(dag_id)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    assert ended, "the slices never all ran"
+    assert state == "failed" and record is not None
+    assert sorted(path(record)) == [
+        ("east-cpu", "cancelled"),
+        ("north-gpu", "cancelled"),
+        ("west-general", "cancelled"),
+    ]
+    assert {a["reason"] for a in record["attempts"]} == {
+        "the task was ended while its slice ran: job deleted"
+    }
+    assert job_creates() == 3  # nothing started after on_kill
+    assert left_behind(sim_federation, dag_id) == []
+
+
+@pytest.fixture
+def east_refuses(sim_federation: SimFederation, federation: Path) -> Iterator[None]:
+    """The federation's snapshot shows east-cpu with room for 12 pods (4 on each of its 3 nodes); then two
+    of its nodes go NotReady: its scheduler places 4 of the 12 pods of its slice, the rest stay
+    Unschedulable past the grace."""
+    spec = yaml.safe_load(federation.read_text())
+    spec["policy"]["snapshot_ttl_seconds"] = 3600  # the decisions use the snapshot of the room, throughout
+    federation.write_text(yaml.safe_dump(spec))
+    fillers = _leave_room(sim_federation)
+
+    def room_seen() -> bool:
+        seen = FederationHook().collect()["east-cpu"]
+        return seen.reachable and sum(node.free.get("cpu", 0) for node in seen.nodes) == 12000
+
+    wait_for(room_seen, timeout=120, interval=1.0)
+    east = sim_federation["east-cpu"]
+    down = [node["metadata"]["name"] for node in east.nodes()][1:]
+    for name in down:
+        east.faults.node_not_ready(name)
+    yield
+    for name in down:
+        east.faults.node_ready(name)
+    for cluster, name in fillers:
+        sim_federation[cluster].delete_pod("default", name, grace=0)
+
+
+def test_a_refused_divided_slice_has_its_job_deleted_and_only_its_unfinished_indices_run_elsewhere(
+    sim_federation: SimFederation,
+    federation: Path,
+    east_refuses: None,
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    dag_id = "divided_member_refuses"
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
+    try:
+        state, record = run(dag_id)
+    finally:
+        stop.set()
+
+    assert state == "success" and record is not None
+    first = [(a["cluster"], a["indices"], a["outcome"]) for a in record["attempts"][:3]]
+    assert first == [
+        ("west-general", "0-19", "succeeded"),
+        ("east-cpu", "20-31", "insufficient"),
+        ("north-gpu", "32-39", "succeeded"),
+    ]
+    assert "Insufficient cpu" in record["attempts"][1]["reason"]
+    # East's indices (none had succeeded there) were dealt again, to members with room once it freed.
+    later = record["attempts"][3:]
+    assert later and all(a["outcome"] == "succeeded" and a["cluster"] != "east-cpu" for a in later)
+    from airflow_provider_fedsched.federation.division import parse_ranges
+
+    moved = sorted(i for a in later for i in parse_ranges(a["indices"], "indices"))
+    assert moved == list(range(20, 32))
+    # Every index succeeded exactly once; an index started twice (killed in east, run again) never ran
+    # in two places at once.
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
     assert sorted(ran) == list(range(40))
-    assert all(len(runs) == 1 and runs[0].endswith(":succeeded") for runs in ran.values()), ran
-    assert left_behind(sim_federation, dag_id) == []  # every slice's Job went with its pods
+    for index, runs in ran.items():
+        assert [run["outcome"] for run in runs].count("succeeded") == 1, (index, runs)
+        spans = sorted((run["started_at"], run["ended_at"]) for run in runs)
+        assert all(before[1] is not None and before[1] <= after[0] for before, after in pairwise(spans))
+    assert all(run["cluster"] == "east-cpu" for i in range(20, 32) for run in ran[i][:-1])
+    assert left_behind(sim_federation, dag_id) == []

@@ -133,3 +133,5 @@ def divided_dag(dag_id: str, duration: float = 20, **operator_args: Any) -> DAG:
 
 
 divided_dag("divided_by_room")
+divided_dag("divided_killed_while_running", duration=3600)
+divided_dag("divided_member_refuses", duration=100)
