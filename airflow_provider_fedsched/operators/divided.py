@@ -94,6 +94,8 @@ class Slice:
     indices: tuple[int, ...]
     parallelism: int
     unschedulable_since: float | None = None
+    silent_since: float | None = None
+    """Since when its member has not answered (monotonic), while it does not."""
     done: set[int] = field(default_factory=set)
 
 
@@ -301,26 +303,40 @@ class DividedRun:
         return self._managers[cluster]
 
     # Watching the slices ---------------------------------------------------------------------------------
-    def _read(self, attempt: Attempt) -> GangView:
-        """A fresh read of the slice's Job and pods, waiting within the grace for an answer."""
-        deadline = time.monotonic() + self.op._grace()
-        while True:
-            try:
-                return self._manager(attempt.cluster).read(attempt.namespace, attempt.pod)
-            except Exception as exc:
-                if not unanswered(exc) or self.op._killed:
-                    raise
-                if time.monotonic() >= deadline:
-                    reason = f"{short_error(exc)} for {self.op._grace():g}s"
-                    raise Judged(failures.unreachable(reason)) from exc
-                time.sleep(2.0)
+    def _read(self, piece: Slice) -> GangView | None:
+        """A fresh read of the slice's Job and pods; None while its member does not answer (within the
+        grace, the other slices are watched meanwhile and its indices stay where they are: fenced)."""
+        attempt = piece.attempt
+        try:
+            view = self._manager(attempt.cluster).read(attempt.namespace, attempt.pod)
+        except Exception as exc:
+            if not unanswered(exc) or self.op._killed:
+                raise
+            now = time.monotonic()
+            if piece.silent_since is None:
+                piece.silent_since = now
+                self.op.log.warning(
+                    "%s does not answer about slice %s: its indices wait for it up to %gs (%s)",
+                    attempt.cluster,
+                    attempt.indices,
+                    self.op._grace(),
+                    short_error(exc),
+                )
+            if now - piece.silent_since >= self.op._grace():
+                reason = f"{short_error(exc)} for {now - piece.silent_since:.0f}s"
+                raise Judged(failures.unreachable(reason)) from exc
+            return None
+        piece.silent_since = None
+        return view
 
     def _judge(self, piece: Slice) -> None:
         """One judgement of a slice: complete (its indices done, its Job deleted), failed on its own (the
         try fails), refused by its member (its unsucceeded indices wait again), or running on."""
         attempt = piece.attempt
         try:
-            view = self._read(attempt)
+            view = self._read(piece)
+            if view is None:
+                return
             if view.job is None:
                 raise Judged(failures.disappeared(f"job {attempt.pod}"))
             piece.done |= succeeded_indices(view, piece.indices)

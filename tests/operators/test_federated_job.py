@@ -920,3 +920,52 @@ def test_a_refused_divided_slice_has_its_job_deleted_and_only_its_unfinished_ind
         assert all(before[1] is not None and before[1] <= after[0] for before, after in pairwise(spans))
     assert all(run["cluster"] == "east-cpu" for i in range(20, 32) for run in ran[i][:-1])
     assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_divided_slice_whose_member_is_silent_within_the_grace_runs_on_each_index_once(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    dag_id = "divided_outage_short"
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
+    try:
+        with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=2) as outage:
+            state, record = run(dag_id)
+    finally:
+        stop.set()
+
+    assert outage.down_at is not None  # east-cpu was silent while its slice ran
+    assert state == "success" and record is not None
+    assert sorted(path(record)) == [
+        ("east-cpu", "succeeded"),
+        ("north-gpu", "succeeded"),
+        ("west-general", "succeeded"),
+    ]
+    assert job_creates() == 3  # its indices waited for it: never started elsewhere
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
+    assert sorted(ran) == list(range(40))
+    assert all([run["outcome"] for run in runs] == ["succeeded"] for runs in ran.values()), ran
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_divided_slice_whose_member_is_silent_past_the_grace_is_fenced_and_fails_the_try(
+    sim_federation: SimFederation, federation: Path, room_50_30_20: None, job_creates: Callable[[], int]
+) -> None:
+    dag_id = "divided_outage_lost"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
+        state, record = run(dag_id)
+        assert state == "failed" and record is not None
+        outcomes = {a["cluster"]: a["outcome"] for a in record["attempts"]}
+        assert outcomes == {"east-cpu": "lost", "west-general": "cancelled", "north-gpu": "cancelled"}
+        assert job_creates() == 3  # east's indices were not started elsewhere
+        east = next(a for a in record["attempts"] if a["cluster"] == "east-cpu")
+        assert "may still run there, so they are not started elsewhere" in record["reason"]
+        # Written down while its member is silent; the other slices' Jobs went with the try.
+        assert FederationHook().orphans("east-cpu", kind="job") == [(east["namespace"], east["pod"])]
+        assert {item.split("/")[0] for item in left_behind(sim_federation, dag_id)} == {"east-cpu"}
+    sweep_orphans()  # the first snapshot that finds east-cpu answering deletes the Job with its pods
+    assert FederationHook().orphans("east-cpu", kind="job") == []
+    assert left_behind(sim_federation, dag_id) == []

@@ -135,3 +135,5 @@ def divided_dag(dag_id: str, duration: float = 20, **operator_args: Any) -> DAG:
 divided_dag("divided_by_room")
 divided_dag("divided_killed_while_running", duration=3600)
 divided_dag("divided_member_refuses", duration=100)
+divided_dag("divided_outage_short", duration=40, unreachable_grace=60)
+divided_dag("divided_outage_lost", duration=600, unreachable_grace=3)
