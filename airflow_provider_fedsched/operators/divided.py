@@ -353,16 +353,22 @@ class DividedRun:
             found = view.disrupted()
             if found is not None:
                 raise Judged(found)
-            if attempt.running_at is None and view.placed_together() > 0:
-                attempt.running_at = datetime.now(UTC)
-                self.op._save(self.context)
+            grace = float(self.op.unschedulable_grace_seconds)
+            if attempt.running_at is None:
+                if view.placed_together() > 0 or piece.done:
+                    attempt.running_at = datetime.now(UTC)
+                    self.op._save(self.context)
+                elif (datetime.now(UTC) - attempt.started_at).total_seconds() >= grace and not view.pods:
+                    # No pod of it exists: its member refuses to create them (a quota, an admission rule).
+                    raise Judged(
+                        failures.insufficient(f"no pod of job {attempt.pod} was created within {grace:g}s")
+                    )
             waiting_for_node = view.unschedulable()
             if waiting_for_node is None:
                 piece.unschedulable_since = None
             else:
                 now = time.monotonic()
                 piece.unschedulable_since = piece.unschedulable_since or now
-                grace = float(self.op.unschedulable_grace_seconds)
                 if now - piece.unschedulable_since >= grace:
                     raise Judged(failures.unschedulable(waiting_for_node))
         except Judged as judged:

@@ -969,3 +969,37 @@ def test_a_divided_slice_whose_member_is_silent_past_the_grace_is_fenced_and_fai
     sweep_orphans()  # the first snapshot that finds east-cpu answering deletes the Job with its pods
     assert FederationHook().orphans("east-cpu", kind="job") == []
     assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_divided_slice_whose_pods_a_quota_refuses_runs_elsewhere_each_index_once(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    """After the federation's snapshot, east-cpu's namespace gets a quota below one pod: its slice's Job is
+    created, but none of its pods: past the grace the slice is refused, and its indices run elsewhere."""
+    dag_id = "divided_quota_refuses"
+    FederationHook().collect()
+    east = sim_federation["east-cpu"]
+    east.set_quota("default", {"requests.cpu": "500m"}, name="tight")
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
+    try:
+        state, record = run(dag_id)
+    finally:
+        stop.set()
+        east.set_quota("default", {"requests.cpu": "1000"}, name="tight")
+
+    assert state == "success" and record is not None
+    refused = next(a for a in record["attempts"] if a["cluster"] == "east-cpu")
+    assert (refused["indices"], refused["outcome"]) == ("20-31", "insufficient")
+    assert refused["reason"].startswith(f"no pod of job {refused['pod']} was created within 3s")
+    from airflow_provider_fedsched.federation.division import parse_ranges
+
+    others = [a for a in record["attempts"] if a is not refused]
+    assert all(a["outcome"] == "succeeded" and a["cluster"] != "east-cpu" for a in others)
+    assert sorted(i for a in others for i in parse_ranges(a["indices"], "indices")) == list(range(40))
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
+    assert sorted(ran) == list(range(40))
+    assert all([run["outcome"] for run in runs] == ["succeeded"] for runs in ran.values()), ran
+    assert left_behind(sim_federation, dag_id) == []
