@@ -112,6 +112,7 @@ class DividedRun:
         self.waiting: list[int] = []
         self._managers: dict[str, JobManager] = {}
         self._deal_due = True
+        self._placed = False
 
     @property
     def record(self) -> Any:
@@ -264,7 +265,8 @@ class DividedRun:
             # The create may have landed: the reads that follow find out (within the grace).
         self.running.append(Slice(attempt, indices, parallelism))
         op._save(self.context)
-        if len(record.attempts) == 1 or not any(a.running_at for a in record.attempts):
+        if not self._placed:  # the try's wait for its first slice, once
+            self._placed = True
             records.note_placed(hook, record, cluster, request.tenant)
         op.log.info(
             "Attempt %d: job %s/%s in %s runs indices %s (%d at a time)",
@@ -520,6 +522,7 @@ class DividedRun:
                     )
                 )
                 records.end_attempt(self.hook, self.record, attempt, outcome, why)
+        self.running.clear()  # each one deleted, or written down and deleted when its member answers
         if self.record.ended_at is None:
             records.end_try(self.record, "failed", "the task was ended while its slices ran")
         self.op._save(self.context)
