@@ -57,6 +57,7 @@ __all__ = [
     "Share",
     "divide",
     "divide_placement",
+    "format_ranges",
     "parse_ranges",
     "rebalance",
     "shares_of",
@@ -111,13 +112,18 @@ class IndexSlice(BaseModel):
     @property
     def ranges(self) -> str:
         """``0-19,25,30-31``: the indices as Kubernetes writes completed indexes."""
-        runs: list[list[int]] = []
-        for index in self.indices:
-            if runs and runs[-1][1] == index - 1:
-                runs[-1][1] = index
-            else:
-                runs.append([index, index])
-        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+        return format_ranges(self.indices)
+
+
+def format_ranges(indices: Iterable[int]) -> str:
+    """Indices (any order, repeats ignored) as ranges, ``0-19,25,30-31``; "" for none."""
+    runs: list[list[int]] = []
+    for index in sorted(set(indices)):
+        if runs and runs[-1][1] == index - 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def parse_ranges(text: str, field: str, *, below: int = MAX_COMPLETIONS) -> tuple[int, ...]:

@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
-from airflow_provider_fedsched.federation.division import IndexSlice, divide, parse_ranges, shares_of
+from airflow_provider_fedsched.federation.division import (
+    IndexSlice,
+    divide,
+    format_ranges,
+    parse_ranges,
+    shares_of,
+)
 from airflow_provider_fedsched.federation.record import FAILURE_KINDS, Attempt
 from airflow_provider_fedsched.federation.request import GangRole, TaskRequest
 from airflow_provider_fedsched.federation.spec import SpecError
@@ -113,6 +119,7 @@ class DividedRun:
         self._managers: dict[str, JobManager] = {}
         self._deal_due = True
         self._placed = False
+        self._earlier_found: set[int] = set()
 
     @property
     def record(self) -> Any:
@@ -137,6 +144,12 @@ class DividedRun:
                     time.sleep(poll)
         finally:
             self._end_all()
+
+    def _save(self) -> None:
+        """The record (with every index seen succeeded so far: a retry never runs them again), saved."""
+        done = self.done.union(*(piece.done for piece in self.running))
+        self.record.succeeded_indices = format_ranges(done)
+        self.op._save(self.context)
 
     def _check_killed(self) -> None:
         if self.op._killed:
@@ -205,7 +218,7 @@ class DividedRun:
         limit = seconds(self.op.wait_timeout, "wait_timeout") or 0.0
         if waited >= limit:
             raise self._give_up(f"no member could take an index within {limit:g}s: {decision.reason}")
-        self.op._save(self.context)
+        self._save()
         self._deal_due = True  # the next poll decides again
 
     def _launch(
@@ -264,7 +277,7 @@ class DividedRun:
                 return False
             # The create may have landed: the reads that follow find out (within the grace).
         self.running.append(Slice(attempt, indices, parallelism))
-        op._save(self.context)
+        self._save()
         if not self._placed:  # the try's wait for its first slice, once
             self._placed = True
             records.note_placed(hook, record, cluster, request.tenant)
@@ -359,7 +372,7 @@ class DividedRun:
             if attempt.running_at is None:
                 if view.placed_together() > 0 or piece.done:
                     attempt.running_at = datetime.now(UTC)
-                    self.op._save(self.context)
+                    self._save()
                 elif (datetime.now(UTC) - attempt.started_at).total_seconds() >= grace and not view.pods:
                     # No pod of it exists: its member refuses to create them (a quota, an admission rule).
                     raise Judged(
@@ -376,13 +389,22 @@ class DividedRun:
         except Judged as judged:
             self._rejected(piece, judged.failure)
 
+    def _last_read(self, piece: Slice) -> None:
+        """Before a slice's Job is deleted: the indices it shows succeeded are done (kept, never run again);
+        a member that does not answer leaves what the last read showed."""
+        attempt = piece.attempt
+        with contextlib.suppress(Exception):
+            view = self._manager(attempt.cluster).read(attempt.namespace, attempt.pod)
+            piece.done |= succeeded_indices(view, piece.indices)
+        self.done |= piece.done
+
     def _slice_done(self, piece: Slice) -> None:
         attempt = piece.attempt
         self.done.update(piece.indices)
         # Written down before the Job goes: a try ended between the two keeps the record of its success.
         records.end_attempt(self.hook, self.record, attempt, "succeeded", "")
         self.running.remove(piece)
-        self.op._save(self.context)
+        self._save()
         self.op.log.info("Job %s in %s ran indices %s", attempt.pod, attempt.cluster, attempt.indices)
         self._remove(attempt)
         self._deal_due = True  # room freed: deal the waiting indices
@@ -398,8 +420,7 @@ class DividedRun:
         )
         within = 0.0 if failure.kind == "unreachable" else GONE_TIMEOUT
         manager = self._manager(attempt.cluster)
-        with contextlib.suppress(Exception):  # unanswered: what the last read showed stands
-            piece.done |= succeeded_indices(manager.read(attempt.namespace, attempt.pod), piece.indices)
+        self._last_read(piece)
         removal = manager.remove(attempt.namespace, attempt.pod, within=within)
         self.running.remove(piece)
         if removal.complete:
@@ -433,6 +454,7 @@ class DividedRun:
     def _leave(self, attempt: Attempt, failure: ClusterFailure) -> None:
         """The member refused a slice: it is left for this try (as a whole Job's member is), within the
         try's ``max_cluster_attempts`` refusals."""
+        self.record.succeeded_indices = format_ranges(self.done)
         self.op._leave(self.context, attempt, failure)
         self.record.outcome, self.record.reason = "running", ""
         self._deal_due = True
@@ -451,12 +473,12 @@ class DividedRun:
             record.cluster = max(ran, key=lambda cluster: (ran[cluster], cluster))
         reason = "every index succeeded: " + ", ".join(f"{c} {n}" for c, n in sorted(ran.items()))
         records.end_try(record, "succeeded", reason)
-        self.op._save(self.context)
+        self._save()
         self.op.log.info("Placement: %s", record.summary())
 
     def _give_up(self, reason: str, *, own: bool = False) -> Exception:
         records.end_try(self.record, "failed", reason)
-        self.op._save(self.context)
+        self._save()
         return AirflowException(reason) if own else FederationError(reason)
 
     def _remove(self, attempt: Attempt) -> None:
@@ -483,6 +505,7 @@ class DividedRun:
         """However the try ends: every slice still running is deleted with its pods (or fenced)."""
         for piece in list(self.running):
             attempt = piece.attempt
+            self._last_read(piece)
             removal = self._manager(attempt.cluster).remove(
                 attempt.namespace, attempt.pod, within=GONE_TIMEOUT
             )
@@ -499,13 +522,14 @@ class DividedRun:
             self.running.remove(piece)
         if self.record.ended_at is None:
             records.end_try(self.record, "failed", "the try ended before every index succeeded")
-        self.op._save(self.context)
+        self._save()
 
     def cancel(self) -> None:
         """``on_kill``: every running slice's Job is deleted with its pods, written down first."""
         for piece in list(self.running):
             attempt = piece.attempt
             self.hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod, kind="job")
+            self._last_read(piece)
             removal = self._manager(attempt.cluster).remove(
                 attempt.namespace, attempt.pod, within=KILL_DELETE_WITHIN
             )
@@ -525,7 +549,7 @@ class DividedRun:
         self.running.clear()  # each one deleted, or written down and deleted when its member answers
         if self.record.ended_at is None:
             records.end_try(self.record, "failed", "the task was ended while its slices ran")
-        self.op._save(self.context)
+        self._save()
 
     # Earlier tries ---------------------------------------------------------------------------------------
     def _earlier_done(self) -> set[int]:
@@ -537,9 +561,26 @@ class DividedRun:
             for attempt in earlier.attempts:
                 if attempt.outcome == "succeeded" and attempt.indices:
                     done.update(self._indices_of(attempt.indices))
-        found = self.op._find_earlier(self.context)
-        if found is None:
-            return done
+            if earlier.succeeded_indices:
+                done.update(self._indices_of(earlier.succeeded_indices))
+            # A slice left in a silent member that the snapshot deleting it saw complete (hooks/sensing.py).
+            orphans = self.hook.state.orphans
+            for attempt in earlier.known_attempts:
+                left = attempt.outcome in ("unreachable", "lost", "running") and attempt.indices
+                if left and orphans.was_swept_succeeded(
+                    attempt.cluster, attempt.namespace, attempt.pod, "job"
+                ):
+                    done.update(self._indices_of(str(attempt.indices)))
+                    orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod, "job")
+        self._earlier_found = done
+        self.op._adopt_earlier(self.context)  # -> take_earlier with what the members hold
+        return self._earlier_found
+
+    def take_earlier(self, found: list[tuple[str, Any]]) -> None:
+        """An earlier try's slice Jobs found in the members (the operator's search for an earlier try's
+        Jobs): the indices each shows succeeded are done, never run again; each is deleted with its pods.
+        One not confirmed gone, or a member that did not answer the search, fails the try: its indices
+        may still run."""
         if self.record.unsearched:
             raise self._give_up(
                 f"an earlier try's slices may still run in {', '.join(self.record.unsearched)}, which did "
@@ -555,7 +596,8 @@ class DividedRun:
             removal = manager.remove(metadata["namespace"], metadata["name"], within=GONE_TIMEOUT)
             if removal.complete:
                 succeeded = set(indices)
-            done |= succeeded
+            self._earlier_found |= succeeded
+            self.hook.forget_orphan(cluster, metadata["namespace"], metadata["name"], "job")
             self.op.log.info(
                 "Job %s of an earlier try in %s: %d of its indices succeeded (never run again); deleted",
                 metadata["name"],
@@ -568,7 +610,6 @@ class DividedRun:
                     f"job {metadata['name']} of an earlier try is not confirmed stopped in {cluster} within "
                     f"{GONE_TIMEOUT:g}s: its indices may still run, so none is started again"
                 )
-        return done
 
     def _indices_of(self, ranges: str) -> tuple[int, ...]:
         try:

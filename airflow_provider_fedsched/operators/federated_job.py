@@ -479,6 +479,9 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         its gang's work is done: its success is taken (an attempt whose outcome is ``succeeded``: the try
         is over), never run again, as is that of one found complete while this try deletes it. An earlier
         Job not confirmed stopped is never doubled: a gang that is not preemptible is not started again."""
+        if self._divided is not None:
+            self._divided.take_earlier(found)
+            return None
         usable = [
             (cluster, job)
             for cluster, job in found

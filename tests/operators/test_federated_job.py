@@ -1003,3 +1003,50 @@ def test_a_divided_slice_whose_pods_a_quota_refuses_runs_elsewhere_each_index_on
     assert sorted(ran) == list(range(40))
     assert all([run["outcome"] for run in runs] == ["succeeded"] for runs in ran.values()), ran
     assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_divided_retry_never_runs_again_an_index_an_earlier_try_saw_succeed(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    """Try 1 is lost to east-cpu's outage past the grace (its slice fenced); try 2 starts as east answers
+    again: the indices try 1 saw succeed (its record) and those east's Job shows succeeded are never run
+    again; only the others are."""
+    from airflow_provider_fedsched.federation.division import parse_ranges
+    from tests.operators import outage_trigger
+
+    dag_id = "divided_retry_keeps_done"
+    east = sim_federation["east-cpu"]
+    tries: list[int] = []
+
+    def before_looking(try_number: int) -> None:
+        tries.append(try_number)
+        if try_number == 2:
+            east.faults.up()
+
+    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = before_looking
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
+    try:
+        with Outage(sim_federation, dag_id, "east-cpu", "Running"):
+            dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
+    finally:
+        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
+        stop.set()
+    assert tries == [1, 2]
+    state = airflow_harness.task_states(dag_run)["work"]
+    raw = xcom(dag_run, "fedsched_placement")
+    record = json.loads(raw) if isinstance(raw, str) else raw
+
+    assert state == "success" and record is not None and record["try_number"] == 2
+    rerun = [i for a in record["attempts"] for i in parse_ranges(a["indices"], "indices")]
+    assert not set(rerun) & set(range(20, 32)), rerun  # east's slice was taken from its Job
+    assert job_creates() == 3 + len(record["attempts"])
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
+    assert sorted(ran) == list(range(40))
+    for index, runs in ran.items():
+        assert [run["outcome"] for run in runs].count("succeeded") == 1, (index, runs)
+    assert FederationHook().orphans("east-cpu", kind="job") == []
+    assert left_behind(sim_federation, dag_id) == []

@@ -130,7 +130,7 @@ def test_a_record_written_before_divided_jobs_loads_and_a_slice_keeps_its_indice
         ],
     }
     loaded = PlacementRecord.model_validate(old)
-    assert loaded.attempts[0].indices is None
+    assert loaded.attempts[0].indices is None and loaded.succeeded_indices is None
     assert loaded.model_dump(mode="json")["attempts"][0]["pod"] == "p"
     old["attempts"][0]["indices"] = "0-19,25"  # type: ignore[index]
     assert PlacementRecord.model_validate(old).attempts[0].indices == "0-19,25"
