@@ -8,13 +8,14 @@ the pod's global index is the ``JOB_COMPLETION_INDEX``-th of them. Indices beyon
 in the federation and are dealt as room frees (``overflow=False``: the replay measured it), never more pods
 at once over all slices than the Job's ``parallelism``.
 
-The try succeeds when every global index succeeded. A member that refuses a slice (its create refused by a
-quota, a pod unschedulable past ``unschedulable_grace_seconds``, an eviction, the Job gone) has the slice's
-Job deleted with its pods and confirmed gone first; then the indices that had not succeeded there are dealt
-again to the others, those that had never are run again. A slice whose member stops answering past
-``unreachable_grace`` may still run: its Job is fenced (deleted when the member answers) and the try fails
-rather than start its indices twice. A slice's own failure (its backoff limit) fails the try. However the
-try ends, every slice's Job goes with its pods (no pod outlives its try).
+The try succeeds when every global index succeeded. A member that refuses a slice (its create refused, no
+pod of it created or a pod unschedulable past ``unschedulable_grace_seconds``, an eviction) has the slice's
+Job deleted with its pods and confirmed gone first; then only the indices that had not succeeded there are
+dealt again to the others. While a member does not answer, its indices stay where they are (fenced) and the
+other slices are watched on; past ``unreachable_grace`` (or when a slice's Job vanished: its pods' fate is
+unknown) the slice may still run or have run: its Job is fenced (deleted when the member answers) and the
+try fails rather than start its indices twice. A slice's own failure (its backoff limit) fails the try.
+However the try ends, every slice's Job goes with its pods (no pod outlives its try).
 
 A retry never runs again an index an earlier try saw succeed (its record) or that an earlier try's slice
 shows succeeded (found by the task label in every member, then deleted with its pods); an earlier slice not
