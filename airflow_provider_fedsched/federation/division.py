@@ -57,6 +57,8 @@ __all__ = [
     "Share",
     "divide",
     "divide_placement",
+    "format_ranges",
+    "parse_ranges",
     "rebalance",
     "shares_of",
 ]
@@ -110,13 +112,36 @@ class IndexSlice(BaseModel):
     @property
     def ranges(self) -> str:
         """``0-19,25,30-31``: the indices as Kubernetes writes completed indexes."""
-        runs: list[list[int]] = []
-        for index in self.indices:
-            if runs and runs[-1][1] == index - 1:
-                runs[-1][1] = index
-            else:
-                runs.append([index, index])
-        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+        return format_ranges(self.indices)
+
+
+def format_ranges(indices: Iterable[int]) -> str:
+    """Indices (any order, repeats ignored) as ranges, ``0-19,25,30-31``; "" for none."""
+    runs: list[list[int]] = []
+    for index in sorted(set(indices)):
+        if runs and runs[-1][1] == index - 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def parse_ranges(text: str, field: str, *, below: int = MAX_COMPLETIONS) -> tuple[int, ...]:
+    """``0-19,25`` (:attr:`IndexSlice.ranges`, Kubernetes' ``completedIndexes``) -> the indices, ascending,
+    each once; "" -> none. Anything else, or an index at or above ``below``, is a :class:`SpecError`
+    naming ``field``."""
+    if not isinstance(text, str):
+        raise SpecError(f"{field}: expected index ranges such as '0-19,25', got {type(text).__name__}")
+    found: set[int] = set()
+    for part in filter(None, text.split(",")):
+        first, dash, last = part.partition("-")
+        if len(part) > 24 or not first.isdigit() or (dash and not last.isdigit()):
+            raise SpecError(f"{field}: {describe(part)} is not an index or a range such as 3-7")
+        start, end = int(first), int(last) if dash else int(first)
+        if start > end or end >= below:
+            raise SpecError(f"{field}: range {describe(part)} is empty or reaches beyond {below - 1}")
+        found.update(range(start, end + 1))
+    return tuple(sorted(found))
 
 
 class Division(BaseModel):

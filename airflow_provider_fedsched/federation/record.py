@@ -63,6 +63,9 @@ class Attempt(BaseModel):
     cost: float | None = None
     """Estimated cost of this attempt, set when it ends: price per hour x hours its pod ran, plus the
     egress cost if it ran at all (an attempt that never ran moved and used nothing)."""
+    indices: str | None = None
+    """A divided Job's slice (``divide=True``): the global indices this attempt's Job ran, as Kubernetes
+    writes completed indexes (``0-19,25``); None for a whole Job or a pod (and in older records)."""
 
     def accrued_cost(self, until: datetime) -> tuple[float, float]:
         """``(cost, egress GB)`` of this attempt up to ``until`` (or its end)."""
@@ -116,6 +119,10 @@ class PlacementRecord(BaseModel):
     each launch, so a pod that finished or still runs there is adopted, never run a second time."""
     started_at: datetime
     ended_at: datetime | None = None
+    succeeded_indices: str | None = None
+    """A divided Job's try: every global index seen succeeded so far, as ranges (``0-19,25``), slices that
+    were cancelled or refused included; a retry never runs them again. None for other tries (and in older
+    records)."""
     request: dict[str, Any] | None = None
     """The task's :class:`TaskRequest` as JSON (resources, datasets, expected duration...), written with
     the first decision: what ``fedsched history export`` turns into a pod of a replayable trace."""

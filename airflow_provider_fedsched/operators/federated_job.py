@@ -40,9 +40,15 @@ from airflow_provider_fedsched.kube.pods import unanswered
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError
 from airflow_provider_fedsched.operators.contract import ClusterLeft, Judged, short_error
+from airflow_provider_fedsched.operators.divided import DividedRun
 from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
-from airflow_provider_fedsched.validation.operator import check_annotations, check_job_arguments
+from airflow_provider_fedsched.validation.operator import (
+    check_annotations,
+    check_divided_job,
+    check_job_arguments,
+    gang_marker,
+)
 
 __all__ = ["FederatedKubernetesJobOperator"]
 
@@ -63,11 +69,21 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
     )
 
     def __init__(
-        self, *, job_poll_interval: float = 2.0, wait_until_job_complete: bool = True, **kwargs: Any
+        self,
+        *,
+        job_poll_interval: float = 2.0,
+        wait_until_job_complete: bool = True,
+        divide: bool = False,
+        **kwargs: Any,
     ):
         super().__init__(
             job_poll_interval=job_poll_interval, wait_until_job_complete=wait_until_job_complete, **kwargs
         )
+        self.divide = divide
+        """Split an Indexed Job's indices over the members by their room (docs/jobs.md, Divided jobs)."""
+        self.division_size = (0, 0)
+        """``(completions, parallelism)`` of a divided Job, as it runs (set by :meth:`prepare`)."""
+        self._divided: DividedRun | None = None
         self._killed = False
         """Set by :meth:`on_kill`: the task was ended; nothing is judged, created or launched after it."""
 
@@ -96,10 +112,59 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             )
         except SpecError as exc:
             raise FederationError(str(exc)) from None
+        self._check_division()
         pod, request = super().prepare(context, hook)
+        if self.divide:
+            return pod, request  # judged for one of its pods: the slices follow every member's room
         others = request.model_dump(exclude={"resources", "gang"})
         gang = TaskRequest.for_gang([GangRole(count=self.gang_size, resources=request.resources)], **others)
         return pod, gang
+
+    def _check_division(self) -> None:
+        """``divide`` and what a divided Job needs, judged on the Job as it would run: ``full_job_spec``
+        fills what the operator's arguments leave unset (as :meth:`_attempt_job` merges them)."""
+        job = self.full_job_spec
+        job_spec = getattr(job, "spec", None)
+        template = getattr(getattr(job_spec, "template", None), "metadata", None)
+
+        def effective(name: str) -> Any:
+            given = getattr(self, name, None)
+            return given if given is not None else getattr(job_spec, name, None)
+
+        pod = getattr(self.full_pod_spec, "metadata", None)
+        markers = [
+            ("labels", self.labels),
+            ("annotations", self.annotations),
+            ("full_pod_spec.metadata.labels", getattr(pod, "labels", None)),
+            ("full_pod_spec.metadata.annotations", getattr(pod, "annotations", None)),
+            ("full_job_spec.metadata.labels", getattr(job.metadata, "labels", None) if job else None),
+            (
+                "full_job_spec.metadata.annotations",
+                getattr(job.metadata, "annotations", None) if job else None,
+            ),
+            ("full_job_spec.spec.template.metadata.labels", getattr(template, "labels", None)),
+            ("full_job_spec.spec.template.metadata.annotations", getattr(template, "annotations", None)),
+        ]
+        completions, parallelism = effective("completions"), effective("parallelism")
+        try:
+            check_divided_job(
+                divide=self.divide,
+                completions=completions,
+                parallelism=parallelism,
+                completion_mode=effective("completion_mode"),
+                gang=gang_marker(markers),
+            )
+        except SpecError as exc:
+            raise FederationError(str(exc)) from None
+        if not self.divide:
+            return
+        for name, given in (("deferrable", self.deferrable), ("preemptible", self.preemptible)):
+            if given:
+                raise FederationError(
+                    f"{name}: not available yet for a divided Job (divide=True): the worker watches every "
+                    "slice, and a silent member's slice fails the try"
+                )
+        self.division_size = (int(completions), int(parallelism or 1))
 
     @property
     def gang_size(self) -> int:
@@ -119,6 +184,13 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
                 self.__dict__.pop(cached, None)
 
     # Entry points ----------------------------------------------------------------------------------------
+    def _continue(self, context: Any) -> Any:
+        """A divided Job's try watches its slices itself (operators/divided.py); a whole Job's is a gang's."""
+        if not self.divide:
+            return super()._continue(context)
+        self._divided = DividedRun(self, context)
+        return self._divided.run()
+
     def resume_job(self, context: Any, event: Any = None) -> Any:
         """Re-entry after a deferred poll: judge the running attempt from a fresh read."""
         self._begin(context)
@@ -407,6 +479,9 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         its gang's work is done: its success is taken (an attempt whose outcome is ``succeeded``: the try
         is over), never run again, as is that of one found complete while this try deletes it. An earlier
         Job not confirmed stopped is never doubled: a gang that is not preemptible is not started again."""
+        if self._divided is not None:
+            self._divided.take_earlier(found)
+            return None
         usable = [
             (cluster, job)
             for cluster, job in found
@@ -469,6 +544,9 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         a Job found complete is recorded as a success before it goes, so that a retry never runs the gang
         again."""
         self._killed = True
+        if self._divided is not None:
+            self._divided.cancel()
+            return
         attempt = self.placement.current if self.placement else None
         if attempt is None or attempt.outcome != "running":
             return

@@ -28,12 +28,14 @@ from airflow_provider_fedsched.federation.limits import (
 from airflow_provider_fedsched.federation.spec import SpecError
 
 __all__ = [
+    "GANG_MARKERS",
     "MAX_ANNOTATIONS_BYTES",
     "MAX_CLUSTER_ATTEMPTS",
     "MAX_GANG_PODS",
     "MAX_JOB_POLL_INTERVAL",
     "OperatorArguments",
     "check_annotations",
+    "check_divided_job",
     "check_job_arguments",
     "check_labels",
     "check_names",
@@ -42,6 +44,7 @@ __all__ = [
     "check_pod_labels",
     "check_pod_name",
     "check_pod_size",
+    "gang_marker",
 ]
 
 MAX_CLUSTER_ATTEMPTS = 100
@@ -370,4 +373,63 @@ def check_job_arguments(
         raise SpecError(
             f"completion_mode: expected one of {', '.join(COMPLETION_MODES)} or None, "
             f"got {describe(completion_mode)}"
+        )
+
+
+GANG_MARKERS = (
+    "scheduling.x-k8s.io/pod-group",
+    "pod-group.scheduling.sigs.k8s.io",
+    "scheduling.k8s.io/group-name",
+    "kueue.x-k8s.io/pod-group-name",
+)
+"""Labels and annotations by which the gang schedulers (scheduler-plugins' coscheduling, Volcano, Kueue's pod
+groups) make pods start together or not at all: a Job carrying one is a gang, never divided. So is any key
+naming a ``minAvailable`` (``.../min-available``)."""
+
+
+def gang_marker(sources: Sequence[tuple[str, Any]]) -> str | None:
+    """``where.key`` of the first gang marker among ``(where, labels or annotations)``, or None."""
+    for where, values in sources:
+        if not isinstance(values, Mapping):
+            continue
+        for key in values:
+            name = str(key).lower()
+            if name in GANG_MARKERS or name.rsplit("/", 1)[-1].replace("-", "") == "minavailable":
+                return f"{where}.{key}"
+    return None
+
+
+def check_divided_job(
+    *, divide: Any, completions: Any, parallelism: Any, completion_mode: Any, gang: str | None
+) -> None:
+    """A divided Job's arguments (``divide=True``), as the Job would run them (``full_job_spec`` filling what
+    the operator's arguments leave unset); raises :class:`SpecError` naming the first bad one. ``gang``: where
+    the Job is marked a gang (:func:`gang_marker`), if it is."""
+    if not isinstance(divide, bool):
+        raise SpecError(f"divide: expected True or False, got {type(divide).__name__} {describe(divide)}")
+    if not divide:
+        return
+    if completions is None:
+        raise SpecError(
+            "completions: a divided job needs completions, the number of its indices "
+            f"(a whole number in 1..{MAX_GANG_PODS})"
+        )
+    check_int(completions, "completions", minimum=1, maximum=MAX_GANG_PODS)
+    pods = (
+        1 if parallelism is None else check_int(parallelism, "parallelism", minimum=1, maximum=MAX_GANG_PODS)
+    )
+    if pods > completions:
+        raise SpecError(
+            f"parallelism: {pods} is more than completions {completions}: a divided job runs at most one pod "
+            "per index at a time"
+        )
+    if completion_mode != "Indexed":
+        raise SpecError(
+            f"completion_mode: a divided job must be Indexed (its pods are told their global index), got "
+            f"{describe(completion_mode)}"
+        )
+    if gang is not None:
+        raise SpecError(
+            f"divide: the job is a gang ({gang} makes its pods start together), and a gang is never divided: "
+            "drop divide=True, or the gang marker if its pods do not need each other"
         )

@@ -14,9 +14,11 @@ from airflow_provider_fedsched.federation import FederationEngine, SpecError
 from airflow_provider_fedsched.federation.division import (
     MAX_COMPLETIONS,
     Division,
+    IndexSlice,
     Share,
     divide,
     divide_placement,
+    parse_ranges,
     rebalance,
 )
 from airflow_provider_fedsched.federation.request import GangRole
@@ -386,3 +388,27 @@ def test_without_overflow_the_indices_beyond_every_members_room_wait_and_rebalan
     assert [(p.cluster, p.ranges) for p in later.moved] == [("b", "20-49")]
     assert later.division.waiting == tuple(range(50, 100))
     assert later.division.slice_of("a").indices == tuple(range(10))  # type: ignore[union-attr]
+
+
+# Index ranges (a slice's FEDSCHED_INDICES, a Job's completedIndexes) ------------------------------------
+@given(st.sets(st.integers(min_value=0, max_value=300), min_size=1, max_size=60))
+def test_parse_ranges_reads_back_what_a_slice_writes(indices: set[int]) -> None:
+    piece = IndexSlice(cluster="a", indices=tuple(sorted(indices)), parallelism=1)
+    assert parse_ranges(piece.ranges, "indices") == piece.indices
+
+
+@pytest.mark.parametrize(
+    ("text", "culprit"),
+    [
+        ("1-", "not an index"),
+        ("a", "not an index"),
+        ("5-3", "empty"),
+        ("0-100000", "beyond 99999"),
+        ("9" * 5000, "not an index"),
+        ("-1", "not an index"),
+    ],
+)
+def test_parse_ranges_refuses_what_is_not_ranges_naming_the_field(text: str, culprit: str) -> None:
+    with pytest.raises(SpecError, match=f"^status.completedIndexes: .*{culprit}"):
+        parse_ranges(text, "status.completedIndexes")
+    assert parse_ranges("", "x") == ()

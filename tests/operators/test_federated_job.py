@@ -8,6 +8,7 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -677,3 +678,375 @@ def test_a_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_its_complete_j
     ], record
     assert left_behind(sim_federation, dag_id) == []
     assert FederationHook().orphans("east-cpu", kind="job") == []
+
+
+# Divided Indexed Jobs (issue 31) --------------------------------------------------------------------------
+FREE_CPU = {"west-general": 5, "east-cpu": 4}
+"""Free cpu left on each node of these members by fillers: 4 x 5 and 3 x 4. north-gpu's one untainted node
+(8 cpu) is its only room for an untolerating pod: 20 / 12 / 8 one-cpu pods, 50 / 30 / 20 % of 40."""
+
+
+def _leave_room(fed: SimFederation) -> list[tuple[str, str]]:
+    """Fillers leaving :data:`FREE_CPU` on every node of those members; returns them, once they run."""
+    fillers: list[tuple[str, str]] = []
+    for cluster, free in FREE_CPU.items():
+        handle = fed[cluster]
+        for node in handle.nodes():
+            name = f"filler-{node['metadata']['name']}"
+            allocatable = int(node["status"]["allocatable"]["cpu"])
+            handle.create_pod(
+                "default",
+                {
+                    "metadata": {"name": name, "annotations": {"sim.fedsched.io/duration": "36000"}},
+                    "spec": {
+                        "nodeName": node["metadata"]["name"],
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "busybox",
+                                "resources": {"requests": {"cpu": str(allocatable - free)}},
+                            }
+                        ],
+                    },
+                },
+            )
+            fillers.append((cluster, name))
+    wait_for(
+        lambda: all(
+            (fed[c].pod("default", n) or {}).get("status", {}).get("phase") == "Running" for c, n in fillers
+        ),
+        timeout=60,
+    )
+    return fillers
+
+
+@pytest.fixture
+def room_50_30_20(sim_federation: SimFederation, federation: Path) -> Iterator[None]:
+    fillers = _leave_room(sim_federation)
+    yield
+    for cluster, name in fillers:
+        sim_federation[cluster].delete_pod("default", name, grace=0)
+
+
+def _slice_jobs(fed: SimFederation, dag_id: str, seen: dict[tuple[str, str], str], stop: Any) -> None:
+    """Every slice Job of the DAG as its member holds it: (cluster, job) -> the FEDSCHED_INDICES its pods
+    are given (read from the Job's own pod template, until ``stop`` is set)."""
+    while not stop.is_set():
+        for cluster, handle in fed.handles.items():
+            for job in handle.jobs():
+                if (job["metadata"].get("labels") or {}).get("dag_id") != dag_id:
+                    continue
+                (container,) = [
+                    c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "base"
+                ]
+                env = {var["name"]: var.get("value") for var in container.get("env") or []}
+                seen[(cluster, job["metadata"]["name"])] = env["FEDSCHED_INDICES"]
+        stop.wait(0.1)
+
+
+def test_a_divided_job_runs_each_index_exactly_once_in_slices_that_follow_the_room(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    dag_id = "divided_by_room"
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
+    try:
+        state, record = run(dag_id)
+    finally:
+        stop.set()
+
+    assert state == "success" and record is not None
+    assert record["outcome"] == "succeeded"
+    # One slice per member, each as large as the member's room: 50 / 30 / 20 % of the 40 indices.
+    slices = {a["cluster"]: (a["indices"], a["outcome"]) for a in record["attempts"]}
+    assert slices == {
+        "west-general": ("0-19", "succeeded"),
+        "east-cpu": ("20-31", "succeeded"),
+        "north-gpu": ("32-39", "succeeded"),
+    }
+    assert len(record["attempts"]) == 3
+    assert set(jobs) == {(a["cluster"], a["pod"]) for a in record["attempts"]}
+    assert {jobs[(a["cluster"], a["pod"])] for a in record["attempts"]} == {"0-19", "20-31", "32-39"}
+    division = record["decisions"][0]["extra"]["division"]
+    assert division["west-general"].startswith("20 of 40 waiting indices: room for 20 pod(s) now")
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
+    assert sorted(ran) == list(range(40))
+    assert all([run["outcome"] for run in runs] == ["succeeded"] for runs in ran.values()), ran
+    assert left_behind(sim_federation, dag_id) == []  # every slice's Job went with its pods
+
+
+def _runs_by_index(
+    fed: SimFederation, dag_id: str, jobs: dict[tuple[str, str], str]
+) -> dict[int, list[dict[str, Any]]]:
+    """Every pod of the DAG that started, by global index, judged from the members' own records: the
+    execution journal's entry (its Job and JOB_COMPLETION_INDEX, the labels the Job controller sets) mapped
+    through that Job's FEDSCHED_INDICES."""
+    from airflow_provider_fedsched.operators.divided import global_index
+
+    ran: dict[int, list[dict[str, Any]]] = {}
+    for cluster, handle in fed.handles.items():
+        for entry in handle.journal():
+            labels = entry["labels"]
+            if labels.get("dag_id") != dag_id or entry["started_at"] is None:
+                continue
+            job = labels["batch.kubernetes.io/job-name"]
+            index = global_index(jobs[(cluster, job)], labels["batch.kubernetes.io/job-completion-index"])
+            ran.setdefault(index, []).append({**entry, "cluster": cluster})
+    return ran
+
+
+def _watch_slices(
+    fed: SimFederation, dag_id: str, background: Callable[[Callable[[], None]], None]
+) -> tuple[dict[tuple[str, str], str], Any]:
+    import threading
+
+    jobs: dict[tuple[str, str], str] = {}
+    stop = threading.Event()
+    background(lambda: _slice_jobs(fed, dag_id, jobs, stop))
+    return jobs, stop
+
+
+def _divided_pods(fed: SimFederation, dag_id: str, phase: str) -> int:
+    return sum(
+        1
+        for handle in fed.handles.values()
+        for pod in handle.pods()
+        if (pod["metadata"].get("labels") or {}).get("dag_id") == dag_id
+        and pod["status"].get("phase") == phase
+    )
+
+
+def test_ending_a_divided_task_deletes_every_slice_with_its_pods_and_starts_nothing_else(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    dag_id = "divided_killed_while_running"
+    previous = signal.getsignal(signal.SIGTERM)
+    ended: list[bool] = []
+
+    def end_the_task_once_every_slice_runs() -> None:
+        wait_for(lambda: _divided_pods(sim_federation, dag_id, "Running") == 40, timeout=240)
+        # SIGTERM, as the supervisor sends when a user marks the task failed: its handler calls on_kill.
+        wait_for(lambda: getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_term", timeout=30)
+        ended.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    background(end_the_task_once_every_slice_runs)
+    try:
+        state, record = run(dag_id)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    assert ended, "the slices never all ran"
+    assert state == "failed" and record is not None
+    assert sorted(path(record)) == [
+        ("east-cpu", "cancelled"),
+        ("north-gpu", "cancelled"),
+        ("west-general", "cancelled"),
+    ]
+    assert {a["reason"] for a in record["attempts"]} == {
+        "the task was ended while its slice ran: job deleted"
+    }
+    assert job_creates() == 3  # nothing started after on_kill
+    assert left_behind(sim_federation, dag_id) == []
+
+
+@pytest.fixture
+def east_refuses(sim_federation: SimFederation, federation: Path) -> Iterator[None]:
+    """The federation's snapshot shows east-cpu with room for 12 pods (4 on each of its 3 nodes); then two
+    of its nodes go NotReady: its scheduler places 4 of the 12 pods of its slice, the rest stay
+    Unschedulable past the grace."""
+    spec = yaml.safe_load(federation.read_text())
+    spec["policy"]["snapshot_ttl_seconds"] = 3600  # the decisions use the snapshot of the room, throughout
+    federation.write_text(yaml.safe_dump(spec))
+    fillers = _leave_room(sim_federation)
+
+    def room_seen() -> bool:
+        seen = FederationHook().collect()["east-cpu"]
+        return seen.reachable and sum(node.free.get("cpu", 0) for node in seen.nodes) == 12000
+
+    wait_for(room_seen, timeout=120, interval=1.0)
+    east = sim_federation["east-cpu"]
+    down = [node["metadata"]["name"] for node in east.nodes()][1:]
+    for name in down:
+        east.faults.node_not_ready(name)
+    yield
+    for name in down:
+        east.faults.node_ready(name)
+    for cluster, name in fillers:
+        sim_federation[cluster].delete_pod("default", name, grace=0)
+
+
+def test_a_refused_divided_slice_has_its_job_deleted_and_only_its_unfinished_indices_run_elsewhere(
+    sim_federation: SimFederation,
+    federation: Path,
+    east_refuses: None,
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    dag_id = "divided_member_refuses"
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
+    try:
+        state, record = run(dag_id)
+    finally:
+        stop.set()
+
+    assert state == "success" and record is not None
+    first = [(a["cluster"], a["indices"], a["outcome"]) for a in record["attempts"][:3]]
+    assert first == [
+        ("west-general", "0-19", "succeeded"),
+        ("east-cpu", "20-31", "insufficient"),
+        ("north-gpu", "32-39", "succeeded"),
+    ]
+    assert "Insufficient cpu" in record["attempts"][1]["reason"]
+    # East's indices (none had succeeded there) were dealt again, to members with room once it freed.
+    later = record["attempts"][3:]
+    assert later and all(a["outcome"] == "succeeded" and a["cluster"] != "east-cpu" for a in later)
+    from airflow_provider_fedsched.federation.division import parse_ranges
+
+    moved = sorted(i for a in later for i in parse_ranges(a["indices"], "indices"))
+    assert moved == list(range(20, 32))
+    # Every index succeeded exactly once; an index started twice (killed in east, run again) never ran
+    # in two places at once.
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
+    assert sorted(ran) == list(range(40))
+    for index, runs in ran.items():
+        assert [run["outcome"] for run in runs].count("succeeded") == 1, (index, runs)
+        spans = sorted((run["started_at"], run["ended_at"]) for run in runs)
+        assert all(before[1] is not None and before[1] <= after[0] for before, after in pairwise(spans))
+    assert all(run["cluster"] == "east-cpu" for i in range(20, 32) for run in ran[i][:-1])
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_divided_slice_whose_member_is_silent_within_the_grace_runs_on_each_index_once(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    dag_id = "divided_outage_short"
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
+    try:
+        with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=2) as outage:
+            state, record = run(dag_id)
+    finally:
+        stop.set()
+
+    assert outage.down_at is not None  # east-cpu was silent while its slice ran
+    assert state == "success" and record is not None
+    assert sorted(path(record)) == [
+        ("east-cpu", "succeeded"),
+        ("north-gpu", "succeeded"),
+        ("west-general", "succeeded"),
+    ]
+    assert job_creates() == 3  # its indices waited for it: never started elsewhere
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
+    assert sorted(ran) == list(range(40))
+    assert all([run["outcome"] for run in runs] == ["succeeded"] for runs in ran.values()), ran
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_divided_slice_whose_member_is_silent_past_the_grace_is_fenced_and_fails_the_try(
+    sim_federation: SimFederation, federation: Path, room_50_30_20: None, job_creates: Callable[[], int]
+) -> None:
+    dag_id = "divided_outage_lost"
+    with Outage(sim_federation, dag_id, "east-cpu", "Running"):
+        state, record = run(dag_id)
+        assert state == "failed" and record is not None
+        outcomes = {a["cluster"]: a["outcome"] for a in record["attempts"]}
+        assert outcomes == {"east-cpu": "lost", "west-general": "cancelled", "north-gpu": "cancelled"}
+        assert job_creates() == 3  # east's indices were not started elsewhere
+        east = next(a for a in record["attempts"] if a["cluster"] == "east-cpu")
+        assert "may still run there, so they are not started elsewhere" in record["reason"]
+        # Written down while its member is silent; the other slices' Jobs went with the try.
+        assert FederationHook().orphans("east-cpu", kind="job") == [(east["namespace"], east["pod"])]
+        assert {item.split("/")[0] for item in left_behind(sim_federation, dag_id)} == {"east-cpu"}
+    sweep_orphans()  # the first snapshot that finds east-cpu answering deletes the Job with its pods
+    assert FederationHook().orphans("east-cpu", kind="job") == []
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_divided_slice_whose_pods_a_quota_refuses_runs_elsewhere_each_index_once(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    """After the federation's snapshot, east-cpu's namespace gets a quota below one pod: its slice's Job is
+    created, but none of its pods: past the grace the slice is refused, and its indices run elsewhere."""
+    dag_id = "divided_quota_refuses"
+    FederationHook().collect()
+    east = sim_federation["east-cpu"]
+    east.set_quota("default", {"requests.cpu": "500m"}, name="tight")
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
+    try:
+        state, record = run(dag_id)
+    finally:
+        stop.set()
+        east.set_quota("default", {"requests.cpu": "1000"}, name="tight")
+
+    assert state == "success" and record is not None
+    refused = next(a for a in record["attempts"] if a["cluster"] == "east-cpu")
+    assert (refused["indices"], refused["outcome"]) == ("20-31", "insufficient")
+    assert refused["reason"].startswith(f"no pod of job {refused['pod']} was created within 3s")
+    from airflow_provider_fedsched.federation.division import parse_ranges
+
+    others = [a for a in record["attempts"] if a is not refused]
+    assert all(a["outcome"] == "succeeded" and a["cluster"] != "east-cpu" for a in others)
+    assert sorted(i for a in others for i in parse_ranges(a["indices"], "indices")) == list(range(40))
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
+    assert sorted(ran) == list(range(40))
+    assert all([run["outcome"] for run in runs] == ["succeeded"] for runs in ran.values()), ran
+    assert left_behind(sim_federation, dag_id) == []
+
+
+def test_a_divided_retry_never_runs_again_an_index_an_earlier_try_saw_succeed(
+    sim_federation: SimFederation,
+    federation: Path,
+    room_50_30_20: None,
+    job_creates: Callable[[], int],
+    background: Callable[[Callable[[], None]], None],
+) -> None:
+    """Try 1 is lost to east-cpu's outage past the grace (its slice fenced); try 2 starts as east answers
+    again: the indices try 1 saw succeed (its record) and those east's Job shows succeeded are never run
+    again; only the others are."""
+    from airflow_provider_fedsched.federation.division import parse_ranges
+    from tests.operators import outage_trigger
+
+    dag_id = "divided_retry_keeps_done"
+    east = sim_federation["east-cpu"]
+    tries: list[int] = []
+
+    def before_looking(try_number: int) -> None:
+        tries.append(try_number)
+        if try_number == 2:
+            east.faults.up()
+
+    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = before_looking
+    jobs, stop = _watch_slices(sim_federation, dag_id, background)
+    try:
+        with Outage(sim_federation, dag_id, "east-cpu", "Running"):
+            dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
+    finally:
+        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
+        stop.set()
+    assert tries == [1, 2]
+    state = airflow_harness.task_states(dag_run)["work"]
+    raw = xcom(dag_run, "fedsched_placement")
+    record = json.loads(raw) if isinstance(raw, str) else raw
+
+    assert state == "success" and record is not None and record["try_number"] == 2
+    rerun = [i for a in record["attempts"] for i in parse_ranges(a["indices"], "indices")]
+    assert not set(rerun) & set(range(20, 32)), rerun  # east's slice was taken from its Job
+    assert job_creates() == 3 + len(record["attempts"])
+    ran = _runs_by_index(sim_federation, dag_id, jobs)
+    assert sorted(ran) == list(range(40))
+    for index, runs in ran.items():
+        assert [run["outcome"] for run in runs].count("succeeded") == 1, (index, runs)
+    assert FederationHook().orphans("east-cpu", kind="job") == []
+    assert left_behind(sim_federation, dag_id) == []

@@ -104,3 +104,33 @@ def test_the_wait_clock_survives_a_resume() -> None:
     assert waited >= 0 and resumed.waiting_since == record.waiting_since
     records.stop_waiting(resumed)
     assert resumed.waiting_since is None and resumed.waited_seconds >= waited
+
+
+def test_a_record_written_before_divided_jobs_loads_and_a_slice_keeps_its_indices() -> None:
+    """``Attempt.indices`` (a divided Job's slice) is new: a stored record without it loads unchanged, one
+    with it reads it back."""
+    now = datetime.now(UTC).isoformat()
+    old = {
+        "version": 1,
+        "dag_id": "d",
+        "run_id": "r",
+        "task_id": "t",
+        "try_number": 1,
+        "started_at": now,
+        "attempts": [
+            {
+                "number": 1,
+                "cluster": "a",
+                "namespace": "default",
+                "pod": "p",
+                "placement_id": "x-1",
+                "outcome": "succeeded",
+                "started_at": now,
+            }
+        ],
+    }
+    loaded = PlacementRecord.model_validate(old)
+    assert loaded.attempts[0].indices is None and loaded.succeeded_indices is None
+    assert loaded.model_dump(mode="json")["attempts"][0]["pod"] == "p"
+    old["attempts"][0]["indices"] = "0-19,25"  # type: ignore[index]
+    assert PlacementRecord.model_validate(old).attempts[0].indices == "0-19,25"

@@ -108,3 +108,48 @@ gang_dag(
     checkpoint="s3://bucket/ckpt",
     unreachable_grace=120,
 )
+
+
+# Divided Indexed Jobs (issue 31): one slice per member, by its room (tests/operators/test_federated_job.py).
+def divided_dag(
+    dag_id: str,
+    duration: float = 20,
+    operator: type[FederatedKubernetesJobOperator] = FederatedKubernetesJobOperator,
+    **operator_args: Any,
+) -> DAG:
+    args: dict[str, Any] = {"completions": 40, "parallelism": 40, "retries": 0, **operator_args}
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False) as dag:
+        operator(
+            task_id="work",
+            name="shards",
+            image="busybox:1.36",
+            cmds=["sh", "-c", "true"],
+            namespace="default",
+            container_resources=k8s.V1ResourceRequirements(requests={"cpu": "1", "memory": "64Mi"}),
+            completion_mode="Indexed",
+            divide=True,
+            backoff_limit=0,
+            job_poll_interval=0.3,
+            unschedulable_grace_seconds=3,
+            annotations={"sim.fedsched.io/duration": str(duration)},
+            **args,
+        )
+    return dag
+
+
+divided_dag("divided_by_room")
+divided_dag("divided_killed_while_running", duration=3600)
+divided_dag("divided_member_refuses", duration=100)
+divided_dag("divided_outage_short", duration=40, unreachable_grace=60)
+divided_dag("divided_outage_lost", duration=600, unreachable_grace=3)
+divided_dag("divided_quota_refuses", duration=20)
+# Try 1 is lost to east-cpu's outage past the grace; try 2 (east answers as it looks) never runs again an
+# index try 1 saw succeed or that east's Job shows succeeded.
+divided_dag(
+    "divided_retry_keeps_done",
+    duration=10,
+    operator=_LooksForEarlierJobOperator,
+    unreachable_grace=3,
+    retries=1,
+    retry_delay=timedelta(seconds=1),
+)
