@@ -56,7 +56,6 @@ from airflow_provider_fedsched.render import decision_table
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.federation.decision import Decision
-    from airflow_provider_fedsched.operators.federated_job import FederatedKubernetesJobOperator
 
 __all__ = ["ENV_INDICES", "INDICES_ANNOTATION", "DividedRun", "global_index", "succeeded_indices"]
 
@@ -109,7 +108,8 @@ class Slice:
 class DividedRun:
     """One try of a divided Job, run by its operator (sync: the worker watches every slice)."""
 
-    def __init__(self, operator: FederatedKubernetesJobOperator, context: Any) -> None:
+    def __init__(self, operator: Any, context: Any) -> None:
+        # ``operator``: the FederatedKubernetesJobOperator whose try this is (not imported: it imports this)
         self.op = operator
         self.context = context
         self.hook = operator.federation_hook
@@ -158,7 +158,7 @@ class DividedRun:
             raise AirflowException(f"{why}; no slice is started again")
 
     def _pods_left(self) -> int:
-        return self.parallelism - sum(piece.parallelism for piece in self.running)
+        return int(self.parallelism) - sum(piece.parallelism for piece in self.running)
 
     # Dealing the waiting indices ---------------------------------------------------------------------------
     def _deal(self) -> None:
