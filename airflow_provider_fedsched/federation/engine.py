@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import gc
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from itertools import repeat
@@ -101,40 +98,6 @@ def _score_columns(
 __all__ = ["FederationEngine"]
 
 
-class _CollectorPause:
-    """Pause Python's cyclic garbage collector while any thread is inside :meth:`FederationEngine.decide`.
-
-    A decision creates thousands of short-lived objects and no reference cycles. With the collector on,
-    the ones alive when a young-generation collection runs get promoted and, every few dozen decisions,
-    trigger a full collection that walks every snapshot object (about 200 ms at 50,000 nodes): that, not
-    the engine, was the p99. Reference counting still frees everything; the lock makes nested and
-    concurrent decisions restore the collector only once, and only if it was enabled.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._was_enabled = False
-
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._depth == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._depth += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._depth -= 1
-                if self._depth == 0 and self._was_enabled:
-                    gc.enable()
-
-
-_collector_paused = _CollectorPause()
-
-
 class FederationEngine:
     """Stateless apart from the spec: call :meth:`decide` as often as needed, from any thread."""
 
@@ -185,19 +148,9 @@ class FederationEngine:
         if now.tzinfo is None:
             raise SpecError("now: must be timezone-aware")
         check_time(now, "now")
-        with _collector_paused():
-            return self._decide(
-                request,
-                snapshots,
-                now,
-                cooldowns,
-                reservations,
-                forecast,
-                exclude,
-                policy,
-                tenancy,
-                in_flight,
-            )
+        return self._decide(
+            request, snapshots, now, cooldowns, reservations, forecast, exclude, policy, tenancy, in_flight
+        )
 
     def _decide(
         self,
