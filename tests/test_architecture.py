@@ -340,3 +340,92 @@ def test_from_a_package_import_a_module_depends_on_the_package_too(tmp_path: Pat
         f"{PACKAGE}.part.b": [f"{PACKAGE}.part.a"],
     }
     assert strongly_connected(edges) == [sorted(known)]
+
+
+PROCESS_STATE_HOLDERS = {f"{PACKAGE}.state.process", f"{PACKAGE}.kube.clients"}
+"""The modules that may hold process-wide mutable state: what one process keeps for itself, and the
+Kubernetes client cache (issue 28: no process-wide mutable globals anywhere else)."""
+CORE_MEMOS = {f"{PACKAGE}.federation.plugins.fragmentation", f"{PACKAGE}.federation.snapshot"}
+"""The pure core cannot import ``state/``: its memos of values derived from immutable inputs (keyed by
+the inputs, so that no answer depends on them) stay with the plugin or model that owns them."""
+_SYNC_PRIMITIVES = {"Lock", "RLock", "Event", "Condition", "Semaphore", "BoundedSemaphore", "local"}
+_CONTAINERS = {
+    "dict",
+    "set",
+    "list",
+    "OrderedDict",
+    "defaultdict",
+    "deque",
+    "Counter",
+    "WeakKeyDictionary",
+    "WeakValueDictionary",
+    "WeakSet",
+}
+
+
+def _starts_mutable_state(value: ast.expr) -> bool:
+    """An empty container or a synchronization primitive: state that grows or changes while the process
+    runs (a filled dict or tuple at module level is a table of constants)."""
+    if (isinstance(value, ast.Dict) and not value.keys) or (
+        isinstance(value, ast.List | ast.Set) and not value.elts
+    ):
+        return True
+    if isinstance(value, ast.Call):
+        function = value.func
+        name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+        return name in _SYNC_PRIMITIVES or (name in _CONTAINERS and not value.args)
+    return False
+
+
+def _target(node: ast.Assign | ast.AnnAssign) -> ast.expr:
+    return node.targets[0] if isinstance(node, ast.Assign) else node.target
+
+
+def process_state(name: str, path: Path) -> list[str]:
+    """Module-level mutable state of one module, and functions that rebind a module global."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = [
+        f"{name}:{node.lineno} {ast.unparse(_target(node))}"
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        and node.value is not None
+        and _starts_mutable_state(node.value)
+    ]
+    found += [
+        f"{name}:{node.lineno} global {', '.join(node.names)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Global)
+    ]
+    return found
+
+
+def test_process_wide_state_lives_in_state_process_and_the_client_cache() -> None:
+    provider = {
+        name: path
+        for name, path in modules().items()
+        if not any(name == tool or name.startswith(tool + ".") for tool in DEV_TOOLS)
+    }
+    found = [
+        line
+        for name, path in provider.items()
+        if name not in PROCESS_STATE_HOLDERS | CORE_MEMOS
+        for line in process_state(name, path)
+    ]
+    assert found == [], "move process-wide state into state/process.py:\n" + "\n".join(found)
+    assert all(name in provider for name in PROCESS_STATE_HOLDERS | CORE_MEMOS)
+    assert process_state(f"{PACKAGE}.state.process", ROOT / "state" / "process.py")  # the rule sees it
+
+
+def test_process_state_is_recognised(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import threading\nfrom collections import OrderedDict\n"
+        "TABLE = {'a': 1}\nNAMES = ('x',)\n_cache: dict[str, int] = {}\n_seen = OrderedDict()\n"
+        "_lock = threading.Lock()\n_client = None\n\n\ndef f():\n    global _client\n    _client = 1\n"
+    )
+    assert [line.split(" ", 1)[1] for line in process_state("m", module)] == [
+        "_cache",
+        "_seen",
+        "_lock",
+        "global _client",
+    ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -44,6 +43,7 @@ from airflow_provider_fedsched.state import (
     StateBackend,
     open_backend,
 )
+from airflow_provider_fedsched.state.process import placement_lock
 from airflow_provider_fedsched.validation.connection import extra_problem
 
 VARIABLE_PREFIX = "variable:"
@@ -55,12 +55,6 @@ DEFAULT_SNAPSHOT_TIMEOUT = 2.0
 """Seconds a cluster has to answer the three list calls of a snapshot before it counts as unavailable."""
 POLL_INTERVAL_BOUNDS = (2.0, 120.0)
 """Status polling and health checks: never more often than every 2 s, never less than every 2 min."""
-
-# Without placement ledgers ([fedsched] placement_ledger = False), deciding and reserving happen under one
-# lock per process, so that concurrent placements in a process (threads) each see the reservations of the
-# ones before. With them, the ledger's compare-and-set arbitrates between threads as between processes,
-# and a process's placements run side by side.
-_placement_lock = threading.Lock()
 
 
 def poll_interval(expected_duration_seconds: float | None, observed_durations: Iterable[float] = ()) -> float:
@@ -275,7 +269,7 @@ class FederationHook(BaseHook):
         policy: PolicySpec | None,
         forecast: Mapping[str, float] | None,
     ) -> Decision:
-        with _placement_lock if not ledgers.enabled() else contextlib.nullcontext():
+        with placement_lock if not ledgers.enabled() else contextlib.nullcontext():
             return self.cycle.place(
                 request,
                 placement_id,

@@ -10,8 +10,6 @@ it is not asked on every placement.
 
 from __future__ import annotations
 
-import threading
-import time
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +17,7 @@ from airflow_provider_fedsched.federation.resources import ResourceList, add
 from airflow_provider_fedsched.kube.clients import shared_sync_client
 from airflow_provider_fedsched.kube.ledger import LedgerUnavailable, PlacementLedger, lease_name
 from airflow_provider_fedsched.state import RESERVATION_TTL
+from airflow_provider_fedsched.state.process import ledgers_unavailable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -31,9 +30,6 @@ if TYPE_CHECKING:
 RETRY_UNAVAILABLE = 600.0
 """Seconds before a cluster whose ledger was unavailable is asked again."""
 
-_unavailable: dict[tuple[str, str], float] = {}
-_guard = threading.Lock()
-
 
 def enabled() -> bool:
     """``[fedsched] placement_ledger`` (default on)."""
@@ -45,10 +41,8 @@ def enabled() -> bool:
 def _ledger(hook: HookParts, cluster: str) -> PlacementLedger | None:
     if not enabled():
         return None
-    key = (hook.spec.name, cluster)
-    with _guard:
-        if time.monotonic() < _unavailable.get(key, 0.0):
-            return None
+    if ledgers_unavailable.marked((hook.spec.name, cluster)):
+        return None
     access = hook.access(cluster)
     return PlacementLedger(shared_sync_client(access), access.namespace, hook.spec.name)
 
@@ -57,8 +51,7 @@ def _give_up(hook: HookParts, cluster: str, exc: BaseException) -> None:
     hook.log.warning(
         "Cluster %s keeps no placement ledger (%s): reservations in shared state only", cluster, exc
     )
-    with _guard:
-        _unavailable[(hook.spec.name, cluster)] = time.monotonic() + RETRY_UNAVAILABLE
+    ledgers_unavailable.mark((hook.spec.name, cluster), RETRY_UNAVAILABLE)
 
 
 def hold(

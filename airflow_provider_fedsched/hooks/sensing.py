@@ -25,18 +25,10 @@ from airflow_provider_fedsched.kube.snapshots import (
     ended_pods,
     self_inflicted,
 )
+from airflow_provider_fedsched.state.process import refresh_locks
 
 if TYPE_CHECKING:
     from airflow_provider_fedsched.hooks.parts import HookParts
-
-# One lock per (federation, cluster) and process: the in-process half of single-flight refresh.
-_refresh_locks: dict[tuple[str, str], threading.Lock] = {}
-_refresh_locks_guard = threading.Lock()
-
-
-def _refresh_lock(federation: str, cluster: str) -> threading.Lock:
-    with _refresh_locks_guard:
-        return _refresh_locks.setdefault((federation, cluster), threading.Lock())
 
 
 async def acollect(hook: HookParts, clusters: Iterable[str] | None) -> dict[str, ClusterSnapshot]:
@@ -176,7 +168,7 @@ def snapshots(
     candidates: list[str] = []
     mine: list[str] = []
     for name in stale:
-        lock = _refresh_lock(hook.spec.name, name)
+        lock = refresh_locks((hook.spec.name, name))
         if not lock.acquire(blocking=False):
             continue  # another thread of this process is refreshing it
         locks.append(lock)

@@ -8,7 +8,6 @@ messages name the cluster and the connection, never the kubeconfig's contents (i
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +17,11 @@ from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.documents import read_text_file
 from airflow_provider_fedsched.federation.limits import KUBECONFIG_LIMITS
 from airflow_provider_fedsched.federation.spec import SpecError
+from airflow_provider_fedsched.state.process import tls_warnings
 from airflow_provider_fedsched.validation.kubeconfig import load_kubeconfig, tls_verification_off, tls_warning
 
 KUBERNETES_CONN_TYPE = "kubernetes"
 log = logging.getLogger(__name__)
-_warned: set[tuple[str, str]] = set()
-_warned_lock = threading.Lock()
 
 
 class ClusterAccessError(PermanentError, ValueError):
@@ -121,10 +119,7 @@ def _tls_verified(
     reason = tls_verification_off(kubeconfig, context, disable_verify_ssl=disable_verify_ssl)
     if reason is None:
         return True
-    with _warned_lock:
-        first = (cluster, reason) not in _warned
-        _warned.add((cluster, reason))
-    if first:
+    if tls_warnings.first((cluster, reason)):
         log.warning("%s", tls_warning(cluster, reason))
     return False
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_fedsched.state.process import permission_reviews
+
 __all__ = ["REQUIRED", "Rule", "grants", "missing_from", "missing_permissions"]
 
 
@@ -46,7 +48,6 @@ REQUIRED: tuple[Rule, ...] = (
 
 log = logging.getLogger(__name__)
 CHECK_EVERY_SECONDS = 300.0
-_checked: dict[tuple[str, str, int], tuple[float, list[str]]] = {}
 
 
 def grants(rules: Iterable[Any], group: str, resource: str, verb: str) -> bool:
@@ -83,7 +84,7 @@ async def missing_permissions(api: Any, cluster: str, namespace: str) -> list[st
     from kubernetes_asyncio import client
 
     key = (cluster, namespace, id(api))  # per client: another identity may be granted otherwise
-    known = _checked.get(key)
+    known = permission_reviews.get(key)
     if known is not None and time.monotonic() - known[0] < CHECK_EVERY_SECONDS:
         return known[1]
     body = client.V1SelfSubjectRulesReview(spec=client.V1SelfSubjectRulesReviewSpec(namespace=namespace))
@@ -95,5 +96,5 @@ async def missing_permissions(api: Any, cluster: str, namespace: str) -> list[st
             found = missing_from(api.sanitize_for_serialization(status.resource_rules or []))
     except Exception as exc:  # a member that cannot say (no such API): asked again later, not each time
         log.debug("cluster %s: its permissions could not be reviewed: %s", cluster, exc)
-    _checked[key] = (time.monotonic(), found)
+    permission_reviews[key] = (time.monotonic(), found)
     return found

@@ -24,6 +24,8 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from airflow_provider_fedsched.state.process import janitor_stop
+
 log = logging.getLogger(__name__)
 
 OPTION = "janitor_interval_seconds"
@@ -31,8 +33,6 @@ DEFAULT_INTERVAL = 60.0
 HOST_JOB = "TriggererJob"
 NAMING_WAIT = 60.0
 """Seconds the thread waits for the runner to name its job (it does so right after the constructor)."""
-
-_stop = threading.Event()
 
 
 def interval_seconds() -> float | None:
@@ -67,13 +67,13 @@ def sweep_once() -> list[str]:
 def _run(job: Any, interval: float) -> None:
     from airflow.configuration import conf
 
-    if _stop.wait(0) or not _named(job):
+    if janitor_stop.wait(0) or not _named(job):
         return
     if not conf.get("fedsched", "federation_spec", fallback=""):
         log.info("Federation janitor: no [fedsched] federation_spec configured, nothing to sweep")
         return
     log.info("Federation janitor: sweeping written-down pods every %gs", interval)
-    while not _stop.wait(interval):
+    while not janitor_stop.wait(interval):
         try:
             swept = sweep_once()
         except Exception as exc:  # a spec or a cluster that cannot be read now: try again next time
@@ -89,7 +89,7 @@ def _named(job: Any) -> bool:
     """Whether ``job`` turns out to be the triggerer's (its runner names it right after construction)."""
     waited = 0.0
     while not getattr(job, "job_type", None) and waited < NAMING_WAIT:
-        if _stop.wait(0.1):
+        if janitor_stop.wait(0.1):
             return False
         waited += 0.1
     return getattr(job, "job_type", None) == HOST_JOB
@@ -104,10 +104,10 @@ def on_starting(component: Any) -> None:
     interval = interval_seconds()
     if interval is None:
         return
-    _stop.clear()
+    janitor_stop.clear()
     threading.Thread(target=_run, args=(component, interval), name="fedsched-janitor", daemon=True).start()
 
 
 @hookimpl
 def before_stopping(component: Any) -> None:
-    _stop.set()
+    janitor_stop.set()

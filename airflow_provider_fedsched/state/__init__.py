@@ -3,7 +3,9 @@
 Every worker process of an Airflow deployment must see the same cooldowns and snapshots, without an extra
 service. :func:`open_backend` is the one place that chooses where they live: Airflow Variables by default
 (:mod:`.airflow`), or process memory (:mod:`.backend`) for unit tests and the CLI outside Airflow. Values
-are JSON. Only ``hooks/`` uses this package; everything else asks the hook.
+are JSON. Only ``hooks/`` uses the stores; everything else asks the hook. :mod:`.process` is what one
+process keeps for itself (locks, memos of what it asked or said), the one place besides the client cache
+that holds process-wide state: any layer above the core uses it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ import logging
 from typing import Any, ClassVar
 
 from airflow_provider_fedsched.state.backend import Consistency
-from airflow_provider_fedsched.validation.stored import loads_bounded, read_stored
+from airflow_provider_fedsched.state.base import read_stored
+from airflow_provider_fedsched.validation.stored import loads_bounded
 
 log = logging.getLogger(__name__)
 

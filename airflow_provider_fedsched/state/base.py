@@ -2,9 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
+from airflow_provider_fedsched.federation._loading import spec_error
 from airflow_provider_fedsched.state.backend import StateBackend
+from airflow_provider_fedsched.state.process import stored_value_reports
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def read_stored(
+    key: str, raw: Any, parse: Callable[[Any], T], *, logger: logging.Logger | None = None
+) -> T | None:
+    """``parse(raw)``, or None (logged once per key) when ``raw`` is not a value ``parse`` accepts.
+
+    ``parse`` raises ``ValueError`` (``SpecError``, pydantic's ``ValidationError``), ``TypeError``,
+    ``KeyError`` or ``RecursionError`` on bad input; the log line names the key and the problem, never
+    the value (which may be large, or hold what it should not).
+    """
+    if raw is None:
+        return None
+    try:
+        return parse(raw)
+    except ValidationError as exc:
+        problem = str(spec_error(exc))
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if stored_value_reports.first(key):
+        (logger or log).warning(
+            "Ignoring unreadable stored value under %s (treated as absent): %s", key, problem
+        )
+    return None
+
+
+def forget_logged() -> None:
+    """Forget which keys were reported (tests; a long-lived process never needs it)."""
+    stored_value_reports.clear()
 
 
 def mapping(raw: Any) -> dict[str, Any]:

@@ -9,13 +9,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_fedsched.state.base import Store
+from airflow_provider_fedsched.state.base import Store, read_stored
 from airflow_provider_fedsched.validation.stored import (
     StoredDeferred,
     StoredOrphan,
     StoredSwept,
     parse_model,
-    read_stored,
 )
 
 ORPHAN_KINDS = ("pod", "job")

@@ -24,7 +24,7 @@ from airflow_provider_fedsched.federation.plan import Plan
 from airflow_provider_fedsched.federation.resources import ResourceList
 from airflow_provider_fedsched.federation.snapshot import ClusterSnapshot
 from airflow_provider_fedsched.state.backend import StateBackend
-from airflow_provider_fedsched.state.base import Store, mapping
+from airflow_provider_fedsched.state.base import Store, mapping, read_stored
 from airflow_provider_fedsched.state.cleanup import DeferredStore, OrphanStore
 from airflow_provider_fedsched.state.tenants import SpendStore, WaitingStore
 from airflow_provider_fedsched.validation.stored import (
@@ -38,7 +38,6 @@ from airflow_provider_fedsched.validation.stored import (
     parse_as,
     parse_model,
     parse_snapshot,
-    read_stored,
     stored_time,
 )
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from airflow_provider_fedsched.federation.tenancy import WaitingTask
 from airflow_provider_fedsched.state.backend import StateBackend
-from airflow_provider_fedsched.validation.stored import StoredCharge, StoredWaiting, parse_model, read_stored
+from airflow_provider_fedsched.state.base import read_stored
+from airflow_provider_fedsched.validation.stored import StoredCharge, StoredWaiting, parse_model
 
 WAITING_TTL = timedelta(minutes=5)
 """A waiting task not seen again within this long is gone (its worker died or it gave up)."""

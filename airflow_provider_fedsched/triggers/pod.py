@@ -38,6 +38,7 @@ from airflow_provider_fedsched.kube.failures import (
     unschedulable_message,
 )
 from airflow_provider_fedsched.kube.pods import aremove, is_gone
+from airflow_provider_fedsched.state.process import background_cleanups
 from airflow_provider_fedsched.triggers.events import (
     Cancelled,
     Done,
@@ -64,9 +65,6 @@ def min_deferral_seconds() -> float:
     return max(0.0, conf.getfloat("fedsched", "min_deferral_seconds", fallback=MIN_DEFERRAL_SECONDS))
 
 
-_CLEANUPS: set[asyncio.Future[None]] = set()
-
-
 async def _off_the_loop(function: Callable[..., _T], *args: Any) -> _T:
     """Run a blocking SDK call (spec, connection, task state, XCom) in a thread of the pool.
 
@@ -81,8 +79,8 @@ async def _off_the_loop(function: Callable[..., _T], *args: Any) -> _T:
 
 def _keep(future: asyncio.Future[None]) -> asyncio.Future[None]:
     """Hold a background clean-up until it is done (the event loop keeps only a weak reference)."""
-    _CLEANUPS.add(future)
-    future.add_done_callback(_CLEANUPS.discard)
+    background_cleanups.add(future)
+    future.add_done_callback(background_cleanups.discard)
     return future
 
 

@@ -2,19 +2,17 @@
 
 Anyone with Variable or XCom write access, an older or newer provider version, or a half-written value
 can put anything under a ``fedsched/...`` key. A value that does not parse is **logged once with its key
-and treated as absent**: it never stops a decision, a page or another user's rows. :func:`read_stored` does
-that for any parser; the parsers below cover the kinds the provider stores. :func:`loads_bounded` and
-:func:`check_depth` keep a deeply nested document from becoming a ``RecursionError`` (an HTTP 500).
+and treated as absent**: it never stops a decision, a page or another user's rows.
+``state/base.read_stored`` does that for any parser; the parsers below cover the kinds the provider
+stores. :func:`loads_bounded` and :func:`check_depth` keep a deeply nested document from becoming a
+``RecursionError`` (an HTTP 500).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
@@ -25,12 +23,10 @@ from pydantic import (
     Field,
     Strict,
     TypeAdapter,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
 
-from airflow_provider_fedsched.federation._loading import spec_error
 from airflow_provider_fedsched.federation.limits import (
     MAX_CLUSTERS,
     MAX_QUANTITY,
@@ -58,11 +54,8 @@ __all__ = [
     "parse_as",
     "parse_model",
     "parse_snapshot",
-    "read_stored",
     "stored_time",
 ]
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -72,52 +65,6 @@ MAX_STORED_BYTES = 16 * 2**20
 MAX_STORED_DEPTH = 32
 """Nesting of a stored value (a placement record is 5 levels deep)."""
 MAX_STORED_NODES = 2_000_000
-_LOGGED_KEYS = 10_000
-"""Keys remembered as already reported (oldest forgotten first): memory stays bounded."""
-
-_logged: OrderedDict[str, None] = OrderedDict()
-_logged_lock = threading.Lock()
-
-
-def _first_time(key: str) -> bool:
-    with _logged_lock:
-        if key in _logged:
-            _logged.move_to_end(key)
-            return False
-        _logged[key] = None
-        if len(_logged) > _LOGGED_KEYS:
-            _logged.popitem(last=False)
-        return True
-
-
-def read_stored(
-    key: str, raw: Any, parse: Callable[[Any], T], *, logger: logging.Logger | None = None
-) -> T | None:
-    """``parse(raw)``, or None (logged once per key) when ``raw`` is not a value ``parse`` accepts.
-
-    ``parse`` raises ``ValueError`` (``SpecError``, pydantic's ``ValidationError``), ``TypeError``,
-    ``KeyError`` or ``RecursionError`` on bad input; the log line names the key and the problem, never
-    the value (which may be large, or hold what it should not).
-    """
-    if raw is None:
-        return None
-    try:
-        return parse(raw)
-    except ValidationError as exc:
-        problem = str(spec_error(exc))
-    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
-        problem = f"{type(exc).__name__}: {str(exc)[:200]}"
-    if _first_time(key):
-        (logger or log).warning(
-            "Ignoring unreadable stored value under %s (treated as absent): %s", key, problem
-        )
-    return None
-
-
-def forget_logged() -> None:
-    """Forget which keys were reported (tests; a long-lived process never needs it)."""
-    with _logged_lock:
-        _logged.clear()
 
 
 def stored_time(raw: Any, field: str = "time") -> datetime:

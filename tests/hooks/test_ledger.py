@@ -20,6 +20,7 @@ from airflow_provider_fedsched.hooks import ledgers
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation
 from airflow_provider_fedsched.state import AirflowVariableStateBackend, FederationState, MemoryStateBackend
+from airflow_provider_fedsched.state.process import ledgers_unavailable
 
 SLOTS = 2
 WORKERS = 4
@@ -145,7 +146,7 @@ def test_a_busy_ledger_is_waited_for_never_given_up_on(solo: SimFederation, spec
         thread.join(timeout=120)
     assert sorted(outcomes) == ["placed"] * SLOTS + ["wait"] * (12 - SLOTS)
     assert len(ledgers.held(hook, "solo")) == SLOTS
-    assert (hook.spec.name, "solo") not in ledgers._unavailable
+    assert not ledgers_unavailable.marked((hook.spec.name, "solo"))
 
 
 # A GPU pool (tainted) and one small CPU node: a GPU task's room is on the GPU nodes, a CPU task's on the

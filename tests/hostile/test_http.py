@@ -176,7 +176,7 @@ def test_a_corrupted_airflow_variable_is_logged_with_its_key_and_read_as_absent(
 
     from airflow_provider_fedsched.state import FederationState
     from airflow_provider_fedsched.state.airflow import AirflowVariableStateBackend
-    from airflow_provider_fedsched.validation.stored import forget_logged
+    from airflow_provider_fedsched.state.base import forget_logged
 
     key = "fedsched/hostile-var/cooldown/eu-a"
     Variable.set(key, text)

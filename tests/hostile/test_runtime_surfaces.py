@@ -20,7 +20,7 @@ import pytest
 from airflow_provider_fedsched.federation import SpecError, TaskRequest, load_spec
 from airflow_provider_fedsched.kube.access import ClusterAccessError, access_from_extras
 from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
-from airflow_provider_fedsched.validation import stored
+from airflow_provider_fedsched.state.base import forget_logged
 from tests.hostile.harness import Outcome, check, raised, run_bounded
 from tests.hostile.test_files_and_cli import ALIAS_BOMB, SPEC
 
@@ -415,7 +415,7 @@ def _now() -> Any:
 def test_corrupted_stored_value_is_logged_once_with_its_key_and_read_as_absent(
     key: str, value: Any, read: Callable[[FederationState], Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    stored.forget_logged()
+    forget_logged()
     backend = MemoryStateBackend()
     backend.set(key, value)
     state = FederationState(backend, "hostile")

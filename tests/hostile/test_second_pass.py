@@ -31,6 +31,7 @@ from airflow_provider_fedsched.federation import SpecError, TaskRequest, load_sp
 from airflow_provider_fedsched.federation.costs import cost_report
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.state import FederationState, MemoryStateBackend
+from airflow_provider_fedsched.state.base import forget_logged
 from airflow_provider_fedsched.validation import stored
 from tests.federation.helpers import node
 from tests.hostile.harness import check, cli_outcome, raised, run_bounded
@@ -138,7 +139,7 @@ def test_a_malformed_tenant_entry_never_stops_a_decision_nor_widens_a_budget(
 ) -> None:
     """Decided, summarized (``fedsched tenants``) and reported (``fedsched cost``) with the entry skipped
     and its key named; team-a, over its budget, still waits (a negative charge never gives money back)."""
-    stored.forget_logged()
+    forget_logged()
     now = datetime.now(UTC)
     backend = MemoryStateBackend()
     hook = teams_hook(backend, now)
@@ -424,7 +425,7 @@ def test_tenants_and_cost_commands_skip_malformed_variables_naming_them(
     print JSON without Infinity, count the valid charges only and log each malformed key."""
     from airflow.models import Variable
 
-    stored.forget_logged()
+    forget_logged()
     now = datetime.now(UTC)
     spec = tmp_path / "fed.yaml"
     spec.write_text(yaml.safe_dump(TEAMS))
