@@ -96,7 +96,7 @@ soak: soak-install testbed
 	@rc=0; for executor in local celery; do \
 		$(SOAK_VENV)/bin/python -m soak --ground testbed --profile full --executor $$executor || rc=1; done; exit $$rc
 
-# The CI-sized soak on the test bed: 42 tasks (two of them 3-pod gang Jobs), LocalExecutor on PostgreSQL,
+# The CI-sized soak on the test bed: 46 tasks (two of them 3-pod gang Jobs, four of 150-180 s), LocalExecutor on PostgreSQL,
 # seven faults (a kube-apiserver SIGSTOPped under a non-deferrable task's pod, etcd killed, a node NotReady,
 # the metadata database restarted...).
 soak-ci: soak-install testbed
