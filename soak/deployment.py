@@ -266,11 +266,6 @@ class Airflow:
                 "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
                 # A dead worker's tasks are noticed within a minute (the default, 5 min, is a soak's length).
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
-                # A restarted scheduler (the database restart) finds the tasks its dead predecessor ran
-                # within a minute, not five: only the scheduler that queued a task fails it for a missed
-                # heartbeat; the others wait for this check (the CI soak at 01e06ad+1 waited 300 s for it
-                # with 12 tasks whose pods had succeeded, 34 s before the run's deadline).
-                "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "60",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
                 # The DAG file does not change during a soak: parse it once, not every 30 s.
                 "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
