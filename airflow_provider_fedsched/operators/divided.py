@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
+from airflow_provider_fedsched.federation.costs import Estimate, slice_estimate
 from airflow_provider_fedsched.federation.division import (
     IndexSlice,
     divide,
@@ -196,15 +197,39 @@ class DividedRun:
             cluster: why.replace(f"of {len(todo)} indices", f"of {len(todo)} waiting indices")
             for cluster, why in division.reasons.items()
         }
+        dealt = [
+            IndexSlice(
+                cluster=piece.cluster,
+                indices=tuple(todo[position] for position in piece.indices),
+                parallelism=piece.parallelism,
+            )
+            for piece in division.slices
+        ]
+        costs = {
+            piece.cluster: slice_estimate(
+                self.hook.spec,
+                request,
+                piece.cluster,
+                indices=len(piece.indices),
+                completions=self.completions,
+                parallelism=piece.parallelism,
+            )
+            for piece in dealt
+        }
+        # Each slice's indices and estimate, where the decision is explained (the record, the page).
+        decision.extra["slices"] = {
+            piece.cluster: {"indices": piece.ranges, "parallelism": piece.parallelism}
+            | costs[piece.cluster].to_dict()
+            for piece in dealt
+        }
         records.add_decision(record, decision.to_dict())
         if record.request is None:
             record.request = request.model_dump(mode="json")
         op.log.info("Federation decision for one pod of the divided job:\n%s", decision_table(decision))
         launched: set[int] = set()
-        for piece in division.slices:
-            indices = tuple(todo[position] for position in piece.indices)
-            if self._launch(decision, piece.cluster, indices, piece.parallelism, division.reasons):
-                launched.update(indices)
+        for piece in dealt:
+            if self._launch(decision, piece, division.reasons, costs[piece.cluster]):
+                launched.update(piece.indices)
         self.waiting = [index for index in todo if index not in launched]
         if launched:
             records.stop_waiting(record)
@@ -222,17 +247,12 @@ class DividedRun:
         self._save()
         self._deal_due = True  # the next poll decides again
 
-    def _launch(
-        self,
-        decision: Decision,
-        cluster: str,
-        indices: tuple[int, ...],
-        parallelism: int,
-        reasons: dict[str, str],
-    ) -> bool:
-        """Hold the slice's room on ``cluster``, write its attempt down, create its Job. False when the room
-        is gone or the member refused the Job (its indices wait again)."""
+    def _launch(self, decision: Decision, piece: IndexSlice, reasons: dict[str, str], cost: Estimate) -> bool:
+        """Hold the slice's room on its member, write its attempt down (with the slice's ``cost``
+        estimate), create its Job. False when the room is gone or the member refused the Job (its indices
+        wait again)."""
         op, record, hook = self.op, self.record, self.hook
+        cluster, indices, parallelism = piece.cluster, piece.indices, piece.parallelism
         if op._killed:
             return False
         number = len(record.attempts) + 1
@@ -251,12 +271,12 @@ class DividedRun:
             or "default"
         )
         attempt = attempts.new_attempt(record, decision, cluster, namespace, op.pod_template.metadata.name)
-        piece = IndexSlice(cluster=cluster, indices=indices, parallelism=parallelism)
         attempt.indices = piece.ranges
         attempt.preferred_node = None  # many pods: no one node is preferred
         attempt.decision = records.short(f"slice {piece.ranges}: {reasons.get(cluster, '')}")
-        if cluster != decision.cluster:  # the decision's estimate is its chosen member's
-            attempt.price_per_hour = attempt.egress_gb = attempt.egress_cost = 0.0
+        # The slice's own figures, not the decision's (which are one pod's on its chosen member).
+        attempt.price_per_hour, attempt.egress_gb = cost.per_hour, cost.egress_gb
+        attempt.egress_cost = cost.egress_cost
         previous = record.current
         if previous is not None and previous.failed_at is not None and not self.running:
             record.failover_seconds += (attempt.started_at - previous.failed_at).total_seconds()

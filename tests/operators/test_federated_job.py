@@ -776,6 +776,21 @@ def test_a_divided_job_runs_each_index_exactly_once_in_slices_that_follow_the_ro
     assert {jobs[(a["cluster"], a["pod"])] for a in record["attempts"]} == {"0-19", "20-31", "32-39"}
     division = record["decisions"][0]["extra"]["division"]
     assert division["west-general"].startswith("20 of 40 waiting indices: room for 20 pod(s) now")
+    # Each slice's own estimate, in its attempt and in the decision: its pods at a time at its member's
+    # prices (1 cpu and 64Mi a pod; sim/defaults.yaml), no data moved.
+    per_pod = {
+        "west-general": 0.04 + 0.0625 * 0.004,
+        "east-cpu": 0.02 + 0.0625 * 0.002,
+        "north-gpu": 0.06 + 0.0625 * 0.006,
+    }
+    size = {"west-general": 20, "east-cpu": 12, "north-gpu": 8}
+    expected = {cluster: pytest.approx(size[cluster] * per_pod[cluster]) for cluster in size}
+    assert {a["cluster"]: a["price_per_hour"] for a in record["attempts"]} == expected
+    assert all(a["egress_gb"] == 0.0 and a["cost"] > 0 for a in record["attempts"])
+    dealt = record["decisions"][0]["extra"]["slices"]
+    assert {c: (s["indices"], s["parallelism"], s["per_hour"]) for c, s in dealt.items()} == {
+        cluster: (indices, size[cluster], expected[cluster]) for cluster, (indices, _) in slices.items()
+    }
     ran = _runs_by_index(pods_ran(sim_federation), dag_id, jobs)
     assert sorted(ran) == list(range(40))
     assert all([run["outcome"] for run in runs] == ["succeeded"] for runs in ran.values()), ran
@@ -805,6 +820,17 @@ def test_a_sovereign_divided_job_never_places_a_slice_outside_its_regions(
     assert all(cluster != "west-general" for cluster, _ in jobs)
     division = record["decisions"][0]["extra"]["division"]
     assert division["west-general"].startswith("excluded: Sovereignty"), division
+    # user-events (500 GB) lives in east-cpu: a slice in north-gpu moves its share of it, billed at
+    # east-cpu's egress price (0.05 a GB); a slice in east-cpu moves nothing.
+    from airflow_provider_fedsched.federation.division import parse_ranges
+
+    for attempt in record["attempts"]:
+        share = len(parse_ranges(attempt["indices"], "indices")) / 40
+        moved = 500 * share if attempt["cluster"] == "north-gpu" else 0.0
+        assert (attempt["egress_gb"], attempt["egress_cost"]) == pytest.approx((moved, moved * 0.05))
+        assert attempt["price_per_hour"] > 0
+    dealt = [cluster for d in record["decisions"] for cluster in d.get("extra", {}).get("slices", {})]
+    assert dealt and set(dealt) <= {"east-cpu", "north-gpu"}
     journals = pods_ran(sim_federation)
     assert not [e for e in journals["west-general"] if e["labels"].get("dag_id") == dag_id]
     ran = _runs_by_index(journals, dag_id, jobs)
