@@ -93,6 +93,37 @@ def succeeded_indices(view: GangView, indices: tuple[int, ...]) -> set[int]:
     return {indices[position] for position in local if position < len(indices)}
 
 
+def slice_pods(view: GangView | None, indices: tuple[int, ...]) -> str:
+    """Where a slice's pods ran and how they ended, as ``view`` (its last read) showed them, by global
+    index: ``on node-1: 0-4 Succeeded; on node-2: 5-7 Succeeded, 8 Running; 9 no pod``."""
+    if view is None:
+        return "never read"
+    by_node: dict[str, dict[str, list[int]]] = {}
+    seen: set[int] = set()
+    for pod in view.pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        position = str(labels.get(COMPLETION_INDEX_LABEL))
+        if not (position.isdigit() and len(position) < 7 and int(position) < len(indices)):
+            continue
+        index = indices[int(position)]
+        node = str((pod.get("spec") or {}).get("nodeName") or "no node")
+        phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        by_node.setdefault(node, {}).setdefault(phase, []).append(index)
+        seen.add(index)
+    parts = [
+        f"on {node}: "
+        + ", ".join(f"{format_ranges(sorted(found))} {phase}" for phase, found in sorted(phases.items()))
+        for node, phases in sorted(by_node.items())
+    ]
+    done = succeeded_indices(view, indices) - seen  # succeeded pods already gone (completedIndexes)
+    if done:
+        parts.append(f"{format_ranges(sorted(done))} Succeeded (pods gone)")
+    unseen = sorted(set(indices) - seen - done)
+    if unseen:
+        parts.append(f"{format_ranges(unseen)} no pod")
+    return "; ".join(parts)
+
+
 @dataclass
 class Slice:
     """One member's running Job of the divided Job."""
@@ -104,6 +135,8 @@ class Slice:
     silent_since: float | None = None
     """Since when its member has not answered (monotonic), while it does not."""
     done: set[int] = field(default_factory=set)
+    last_view: GangView | None = None
+    """Its Job and pods as last read: what the task log says of the slice when it ends."""
 
 
 class DividedRun:
@@ -363,6 +396,7 @@ class DividedRun:
                 raise Judged(failures.unreachable(reason)) from exc
             return None
         piece.silent_since = None
+        piece.last_view = view
         return view
 
     def _judge(self, piece: Slice) -> None:
@@ -382,6 +416,7 @@ class DividedRun:
             failed = view.failed
             if failed is not None:
                 reason = f"job {attempt.pod} (indices {attempt.indices}) failed: {failed}"
+                self._log_pods(piece)
                 records.end_attempt(self.hook, self.record, attempt, "failed", reason)
                 self.running.remove(piece)
                 self._remove(attempt)
@@ -417,7 +452,20 @@ class DividedRun:
         with contextlib.suppress(Exception):
             view = self._manager(attempt.cluster).read(attempt.namespace, attempt.pod)
             piece.done |= succeeded_indices(view, piece.indices)
+            piece.last_view = view
         self.done |= piece.done
+        self._log_pods(piece)
+
+    def _log_pods(self, piece: Slice) -> None:
+        """The slice's pods in the task log: where each index ran and how it ended (its last read)."""
+        attempt = piece.attempt
+        self.op.log.info(
+            "Slice %s (job %s in %s): %s",
+            attempt.indices,
+            attempt.pod,
+            attempt.cluster,
+            slice_pods(piece.last_view, piece.indices),
+        )
 
     def _slice_done(self, piece: Slice) -> None:
         attempt = piece.attempt
@@ -427,6 +475,7 @@ class DividedRun:
         self.running.remove(piece)
         self._save()
         self.op.log.info("Job %s in %s ran indices %s", attempt.pod, attempt.cluster, attempt.indices)
+        self._log_pods(piece)
         self._remove(attempt)
         self._deal_due = True  # room freed: deal the waiting indices
 
