@@ -728,23 +728,20 @@ def room_50_30_20(sim_federation: SimFederation, federation: Path) -> Iterator[N
         sim_federation[cluster].delete_pod("default", name, grace=0)
 
 
-def _slice_jobs(fed: SimFederation, dag_id: str, seen: dict[tuple[str, str], str], stop: Any) -> None:
-    """Every slice Job of the DAG as its member holds it: (cluster, job) -> the FEDSCHED_INDICES its pods
+def _slice_jobs(cluster: str, handle: Any, dag_id: str, seen: dict[tuple[str, str], str], stop: Any) -> None:
+    """Every slice Job of the DAG as the member holds it: (cluster, job) -> the FEDSCHED_INDICES its pods
     are given (read from the Job's own pod template, until ``stop`` is set)."""
     while not stop.is_set():
-        for cluster, handle in fed.handles.items():
-            try:
-                members_jobs = handle.jobs()
-            except Exception:  # its API server down (on the test bed): read again at the next pass
+        try:
+            members_jobs = handle.jobs()
+        except Exception:  # its API server down (on the test bed): read again at the next pass
+            members_jobs = []
+        for job in members_jobs:
+            if (job["metadata"].get("labels") or {}).get("dag_id") != dag_id:
                 continue
-            for job in members_jobs:
-                if (job["metadata"].get("labels") or {}).get("dag_id") != dag_id:
-                    continue
-                (container,) = [
-                    c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "base"
-                ]
-                env = {var["name"]: var.get("value") for var in container.get("env") or []}
-                seen[(cluster, job["metadata"]["name"])] = env["FEDSCHED_INDICES"]
+            (container,) = [c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "base"]
+            env = {var["name"]: var.get("value") for var in container.get("env") or []}
+            seen[(cluster, job["metadata"]["name"])] = env["FEDSCHED_INDICES"]
         stop.wait(0.1)
 
 
@@ -866,7 +863,8 @@ def _watch_slices(
 
     jobs: dict[tuple[str, str], str] = {}
     stop = threading.Event()
-    background(lambda: _slice_jobs(fed, dag_id, jobs, stop))
+    for cluster, handle in fed.handles.items():  # one reader a member: a hanging one holds up no other
+        background(lambda c=cluster, h=handle: _slice_jobs(c, h, dag_id, jobs, stop))
     return jobs, stop
 
 
