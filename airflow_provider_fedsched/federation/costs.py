@@ -29,6 +29,7 @@ __all__ = [
     "egress",
     "estimate",
     "report_key",
+    "slice_estimate",
 ]
 
 GIB = 2**30
@@ -97,6 +98,34 @@ def estimate(
     per_hour = compute_per_hour(spec.cluster(cluster).prices, request.resources.items())
     gb, cost = egress(spec, datasets, cluster)
     return Estimate(cluster, per_hour * hours, gb, cost, per_hour)
+
+
+def slice_estimate(
+    spec: FederationSpec,
+    request: TaskRequest,
+    cluster: str,
+    *,
+    indices: int,
+    completions: int,
+    parallelism: int,
+    datasets: Sequence[DatasetSpec] | None = None,
+) -> Estimate:
+    """The cost of a divided Job's slice (``federation/division.py``) on ``cluster``: ``request`` is one
+    pod of the Job. Compute: each of the slice's ``indices`` pods for the expected duration; per hour, its
+    ``parallelism`` pods at once (what an attempt accrues while the slice runs). Egress: the slice's share
+    (``indices`` of ``completions``) of the data not on ``cluster``, as an Indexed Job's indices are its
+    input's shards."""
+    if not 0 <= indices <= completions or completions < 1 or parallelism < 0:
+        raise ValueError(f"a slice of {indices} of {completions} indices, {parallelism} at a time")
+    one = estimate(spec, request, cluster, datasets=datasets)
+    share = indices / completions
+    return Estimate(
+        cluster,
+        one.compute * indices,
+        one.egress_gb * share,
+        one.egress_cost * share,
+        one.per_hour * parallelism,
+    )
 
 
 def decision_costs(spec: FederationSpec, request: TaskRequest, decision: Decision) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
+from airflow_provider_fedsched.federation.costs import Estimate, slice_estimate
 from airflow_provider_fedsched.federation.division import (
     IndexSlice,
     divide,
@@ -92,6 +93,37 @@ def succeeded_indices(view: GangView, indices: tuple[int, ...]) -> set[int]:
     return {indices[position] for position in local if position < len(indices)}
 
 
+def slice_pods(view: GangView | None, indices: tuple[int, ...]) -> str:
+    """Where a slice's pods ran and how they ended, as ``view`` (its last read) showed them, by global
+    index: ``on node-1: 0-4 Succeeded; on node-2: 5-7 Succeeded, 8 Running; 9 no pod``."""
+    if view is None:
+        return "never read"
+    by_node: dict[str, dict[str, list[int]]] = {}
+    seen: set[int] = set()
+    for pod in view.pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        position = str(labels.get(COMPLETION_INDEX_LABEL))
+        if not (position.isdigit() and len(position) < 7 and int(position) < len(indices)):
+            continue
+        index = indices[int(position)]
+        node = str((pod.get("spec") or {}).get("nodeName") or "no node")
+        phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        by_node.setdefault(node, {}).setdefault(phase, []).append(index)
+        seen.add(index)
+    parts = [
+        f"on {node}: "
+        + ", ".join(f"{format_ranges(sorted(found))} {phase}" for phase, found in sorted(phases.items()))
+        for node, phases in sorted(by_node.items())
+    ]
+    done = succeeded_indices(view, indices) - seen  # succeeded pods already gone (completedIndexes)
+    if done:
+        parts.append(f"{format_ranges(sorted(done))} Succeeded (pods gone)")
+    unseen = sorted(set(indices) - seen - done)
+    if unseen:
+        parts.append(f"{format_ranges(unseen)} no pod")
+    return "; ".join(parts)
+
+
 @dataclass
 class Slice:
     """One member's running Job of the divided Job."""
@@ -103,6 +135,8 @@ class Slice:
     silent_since: float | None = None
     """Since when its member has not answered (monotonic), while it does not."""
     done: set[int] = field(default_factory=set)
+    last_view: GangView | None = None
+    """Its Job and pods as last read: what the task log says of the slice when it ends."""
 
 
 class DividedRun:
@@ -196,15 +230,39 @@ class DividedRun:
             cluster: why.replace(f"of {len(todo)} indices", f"of {len(todo)} waiting indices")
             for cluster, why in division.reasons.items()
         }
+        dealt = [
+            IndexSlice(
+                cluster=piece.cluster,
+                indices=tuple(todo[position] for position in piece.indices),
+                parallelism=piece.parallelism,
+            )
+            for piece in division.slices
+        ]
+        costs = {
+            piece.cluster: slice_estimate(
+                self.hook.spec,
+                request,
+                piece.cluster,
+                indices=len(piece.indices),
+                completions=self.completions,
+                parallelism=piece.parallelism,
+            )
+            for piece in dealt
+        }
+        # Each slice's indices and estimate, where the decision is explained (the record, the page).
+        decision.extra["slices"] = {
+            piece.cluster: {"indices": piece.ranges, "parallelism": piece.parallelism}
+            | costs[piece.cluster].to_dict()
+            for piece in dealt
+        }
         records.add_decision(record, decision.to_dict())
         if record.request is None:
             record.request = request.model_dump(mode="json")
         op.log.info("Federation decision for one pod of the divided job:\n%s", decision_table(decision))
         launched: set[int] = set()
-        for piece in division.slices:
-            indices = tuple(todo[position] for position in piece.indices)
-            if self._launch(decision, piece.cluster, indices, piece.parallelism, division.reasons):
-                launched.update(indices)
+        for piece in dealt:
+            if self._launch(decision, piece, division.reasons, costs[piece.cluster]):
+                launched.update(piece.indices)
         self.waiting = [index for index in todo if index not in launched]
         if launched:
             records.stop_waiting(record)
@@ -222,17 +280,12 @@ class DividedRun:
         self._save()
         self._deal_due = True  # the next poll decides again
 
-    def _launch(
-        self,
-        decision: Decision,
-        cluster: str,
-        indices: tuple[int, ...],
-        parallelism: int,
-        reasons: dict[str, str],
-    ) -> bool:
-        """Hold the slice's room on ``cluster``, write its attempt down, create its Job. False when the room
-        is gone or the member refused the Job (its indices wait again)."""
+    def _launch(self, decision: Decision, piece: IndexSlice, reasons: dict[str, str], cost: Estimate) -> bool:
+        """Hold the slice's room on its member, write its attempt down (with the slice's ``cost``
+        estimate), create its Job. False when the room is gone or the member refused the Job (its indices
+        wait again)."""
         op, record, hook = self.op, self.record, self.hook
+        cluster, indices, parallelism = piece.cluster, piece.indices, piece.parallelism
         if op._killed:
             return False
         number = len(record.attempts) + 1
@@ -251,12 +304,12 @@ class DividedRun:
             or "default"
         )
         attempt = attempts.new_attempt(record, decision, cluster, namespace, op.pod_template.metadata.name)
-        piece = IndexSlice(cluster=cluster, indices=indices, parallelism=parallelism)
         attempt.indices = piece.ranges
         attempt.preferred_node = None  # many pods: no one node is preferred
         attempt.decision = records.short(f"slice {piece.ranges}: {reasons.get(cluster, '')}")
-        if cluster != decision.cluster:  # the decision's estimate is its chosen member's
-            attempt.price_per_hour = attempt.egress_gb = attempt.egress_cost = 0.0
+        # The slice's own figures, not the decision's (which are one pod's on its chosen member).
+        attempt.price_per_hour, attempt.egress_gb = cost.per_hour, cost.egress_gb
+        attempt.egress_cost = cost.egress_cost
         previous = record.current
         if previous is not None and previous.failed_at is not None and not self.running:
             record.failover_seconds += (attempt.started_at - previous.failed_at).total_seconds()
@@ -343,6 +396,7 @@ class DividedRun:
                 raise Judged(failures.unreachable(reason)) from exc
             return None
         piece.silent_since = None
+        piece.last_view = view
         return view
 
     def _judge(self, piece: Slice) -> None:
@@ -362,6 +416,7 @@ class DividedRun:
             failed = view.failed
             if failed is not None:
                 reason = f"job {attempt.pod} (indices {attempt.indices}) failed: {failed}"
+                self._log_pods(piece)
                 records.end_attempt(self.hook, self.record, attempt, "failed", reason)
                 self.running.remove(piece)
                 self._remove(attempt)
@@ -397,7 +452,20 @@ class DividedRun:
         with contextlib.suppress(Exception):
             view = self._manager(attempt.cluster).read(attempt.namespace, attempt.pod)
             piece.done |= succeeded_indices(view, piece.indices)
+            piece.last_view = view
         self.done |= piece.done
+        self._log_pods(piece)
+
+    def _log_pods(self, piece: Slice) -> None:
+        """The slice's pods in the task log: where each index ran and how it ended (its last read)."""
+        attempt = piece.attempt
+        self.op.log.info(
+            "Slice %s (job %s in %s): %s",
+            attempt.indices,
+            attempt.pod,
+            attempt.cluster,
+            slice_pods(piece.last_view, piece.indices),
+        )
 
     def _slice_done(self, piece: Slice) -> None:
         attempt = piece.attempt
@@ -407,6 +475,7 @@ class DividedRun:
         self.running.remove(piece)
         self._save()
         self.op.log.info("Job %s in %s ran indices %s", attempt.pod, attempt.cluster, attempt.indices)
+        self._log_pods(piece)
         self._remove(attempt)
         self._deal_due = True  # room freed: deal the waiting indices
 

@@ -406,6 +406,7 @@ def placement_row(
                 "cost": cost,
                 "egress_gb": moved,
                 "egress_cost": attempt.egress_cost if moved else 0.0,
+                "indices": attempt.indices,
             }
             for attempt, cost, moved in attempts
         ],

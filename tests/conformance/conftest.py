@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,24 @@ def sim_federation(testbed: TestbedFederation, airflow_db: None) -> Iterator[Tes
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture
+def pods_ran() -> Callable[[TestbedFederation], dict[str, list[dict[str, Any]]]]:
+    """Every pod each member ran, as the member itself recorded it: its API server's audit log (every pod
+    write, whoever sent it: the Job controller, kwok as the kubelet), read as the simulator's journal by
+    the soak's reader (``soak.auditlog``)."""
+    from soak import auditlog
+
+    def journals(fed: TestbedFederation) -> dict[str, list[dict[str, Any]]]:
+        out = {}
+        for name, handle in fed.handles.items():
+            present = [str(pod["metadata"]["uid"]) for pod in handle.pods()]
+            events = auditlog.events(auditlog.log_files(handle.cluster.root / "logs"))
+            out[name] = list(auditlog.journal(name, events, present, time.time())["pods"])
+        return out
+
+    return journals
 
 
 @pytest.fixture(scope="session")

@@ -412,3 +412,29 @@ def test_parse_ranges_refuses_what_is_not_ranges_naming_the_field(text: str, cul
     with pytest.raises(SpecError, match=f"^status.completedIndexes: .*{culprit}"):
         parse_ranges(text, "status.completedIndexes")
     assert parse_ranges("", "x") == ()
+
+
+# What a slice costs ---------------------------------------------------------------------------------------
+def test_a_slice_costs_its_pods_compute_and_its_share_of_the_data_it_moves() -> None:
+    from airflow_provider_fedsched.federation.costs import estimate, slice_estimate
+
+    fed = spec(
+        [
+            cluster("home"),
+            cluster("away", prices={"cpu_hour": 0.08, "memory_gib_hour": 0.0, "egress_gb": 0.1}),
+        ],
+        [{"name": "shards", "cluster": "home", "size_gb": 40}],
+    )
+    pod = request({"cpu": "1"}, datasets=["shards"], expected_duration_seconds=1800)
+
+    away = slice_estimate(fed, pod, "away", indices=10, completions=40, parallelism=5)
+    one = estimate(fed, pod, "away")
+    assert away.per_hour == pytest.approx(5 * one.per_hour)  # five pods at a time
+    assert away.compute == pytest.approx(10 * one.compute)  # ten pods, each for the expected half hour
+    assert (away.egress_gb, away.egress_cost) == pytest.approx((10.0, 10.0 * 0.1))  # a quarter of the 40 GB
+    home = slice_estimate(fed, pod, "home", indices=30, completions=40, parallelism=30)
+    assert (home.egress_gb, home.egress_cost) == (0.0, 0.0)  # the data is where the slice runs
+    for bad in ({"indices": 41}, {"indices": -1}, {"completions": 0}, {"parallelism": -1}):
+        args: dict[str, Any] = {"indices": 10, "completions": 40, "parallelism": 5, **bad}
+        with pytest.raises(ValueError, match="a slice of"):
+            slice_estimate(fed, pod, "away", **args)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -51,3 +52,14 @@ def federation(sim_federation: SimFederation, tmp_path: Path, monkeypatch: pytes
     # dag.test() runs triggers inline, with no scheduler to race: deferrals need no floor here.
     monkeypatch.setenv("AIRFLOW__FEDSCHED__MIN_DEFERRAL_SECONDS", "0.5")
     return path
+
+
+@pytest.fixture
+def pods_ran() -> Callable[[SimFederation], dict[str, list[dict[str, Any]]]]:
+    """Every pod each member ran, as the member itself recorded it (deleted pods included): here the
+    simulator's execution journal; on the test bed (tests/conformance) the API servers' audit logs."""
+
+    def journals(fed: SimFederation) -> dict[str, list[dict[str, Any]]]:
+        return {name: handle.journal() for name, handle in fed.handles.items()}
+
+    return journals

@@ -264,6 +264,40 @@ def test_rows_show_each_attempts_cost_and_egress_and_mark_a_large_move() -> None
     assert small["egress_gb"] == 0.0 and small["large_egress"] is False
 
 
+def test_a_divided_job_s_row_and_decision_detail_show_each_slice_its_indices_cost_and_egress() -> None:
+    """Issue 31: which member ran which indices, and each slice's estimate, where decisions are explained."""
+    from airflow_provider_fedsched.plugins import history
+
+    value = records.record(clusters=("east-cpu", "north-gpu"))
+    east, north = value["attempts"]
+    east.update(outcome="succeeded", indices="0-11", price_per_hour=0.5, egress_gb=0.0, egress_cost=0.0)
+    ran = (records.BASE_TIME - timedelta(minutes=30)).isoformat()
+    north.update(indices="12-19", price_per_hour=0.4, egress_gb=100.0, egress_cost=5.0, running_at=ran)
+    slices = {
+        "east-cpu": {"indices": "0-11", "parallelism": 12, "total": 0.25, "egress_gb": 0.0},
+        "north-gpu": {"indices": "12-19", "parallelism": 8, "total": 5.2, "egress_gb": 100.0},
+    }
+    division = {
+        "east-cpu": "12 of 20 waiting indices: room for 12 pod(s) now",
+        "west-general": "excluded: Sovereignty: ...",
+    }
+    value["decisions"] = value["decisions"][:1]  # one decision dealt both slices
+    value["decisions"][0]["extra"] = {"slices": slices, "division": division}
+    detail = history.placement_detail(
+        json.dumps(value), dag_id="etl", run_id="r", task_id="shards", map_index=-1, recorded_at=None
+    )
+    assert [(a["cluster"], a["indices"], a["egress_gb"]) for a in detail["attempts"]] == [
+        ("east-cpu", "0-11", 0.0),
+        ("north-gpu", "12-19", 100.0),
+    ]
+    (decision,) = detail["decisions"]
+    assert decision["extra"] == {"slices": slices, "division": division}
+    plain = history.placement_row(
+        json.dumps(records.record()), dag_id="etl", run_id="r", task_id="x", map_index=-1, recorded_at=None
+    )
+    assert [a["indices"] for a in plain["attempts"]] == [None]
+
+
 def test_a_try_still_waiting_counts_its_wait_so_far() -> None:
     """The Waited column of a try that waits right now is the wait so far, as its live state says, not the
     0 s of the waits that ended; a try that ended keeps what it recorded."""

@@ -261,6 +261,7 @@ function attemptList(row) {
   return el("ol", { class: "attempts" }, row.attempts.map((a) =>
     el("li", {},
       el("strong", {}, a.cluster), " ", outcomeBadge(a.outcome),
+      a.indices ? el("span", { class: "small mono", title: "the divided job's indices this slice ran" }, ` indices ${a.indices}`) : null,
       a.resumed_from_checkpoint ? el("span", { class: "badge info" }, "resumed") : null,
       el("span", { class: `small muted attempt-cost${a.egress_gb >= state.largeEgressGb ? " large" : ""}` },
         ` cost ${money(a.cost)} · ${gigabytes(a.egress_gb)} moved`),
@@ -351,6 +352,26 @@ function rejectionsTable(decision) {
       el("td", {}, r.permanent ? el("span", { class: "badge bad" }, "never") : el("span", { class: "badge" }, "not now")))))));
 }
 
+// A divided Job's decision (issue 31): each member's slice (its indices, pods at a time, estimate) and why
+// each member got what it got, or was left out.
+function slicesTable(decision) {
+  const slices = (decision.extra && decision.extra.slices) || {};
+  const why = (decision.extra && decision.extra.division) || {};
+  const members = [...new Set([...Object.keys(slices), ...Object.keys(why)])];
+  return el("div", { class: "table-wrap" }, el("table", { class: "data slices" },
+    el("thead", {}, el("tr", {}, el("th", {}, "Cluster"), el("th", {}, "Indices"), el("th", { class: "num" }, "At a time"),
+      el("th", { class: "num" }, "Est. cost"), el("th", { class: "num" }, "Egress"), el("th", {}, "Why"))),
+    el("tbody", {}, members.map((cluster) => {
+      const s = slices[cluster];
+      return el("tr", {},
+        el("td", {}, cluster), el("td", { class: "mono" }, s ? s.indices : "–"),
+        el("td", { class: "num" }, s ? String(s.parallelism) : "–"),
+        el("td", { class: "num" }, s ? money(s.total) : "–"),
+        el("td", { class: "num" }, s ? gigabytes(s.egress_gb) : "–"),
+        el("td", {}, why[cluster] || ""));
+    }))));
+}
+
 async function showDetail(row, key) {
   state.selected = key;
   const panel = document.getElementById("detail");
@@ -382,6 +403,7 @@ async function showDetail(row, key) {
     parts.push(el("p", {}, d.reason), el("p", { class: "small muted" }, `decided ${when(d.decided_at)}`));
     if (d.candidates.length) parts.push(el("h3", {}, "Candidates (best first)"), candidatesTable(d));
     if (d.rejected.length) parts.push(el("h3", {}, "Rejected"), rejectionsTable(d));
+    if (d.extra && (d.extra.slices || d.extra.division)) parts.push(el("h3", {}, "Slices of the divided job"), slicesTable(d));
   });
   if (!detail.decisions.length) parts.push(el("p", { class: "muted" }, "No decision recorded."));
   panel.replaceChildren(...parts);

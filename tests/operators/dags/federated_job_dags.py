@@ -143,6 +143,8 @@ divided_dag("divided_member_refuses", duration=100)
 divided_dag("divided_outage_short", duration=40, unreachable_grace=60)
 divided_dag("divided_outage_lost", duration=600, unreachable_grace=3)
 divided_dag("divided_quota_refuses", duration=20)
+# user-events may go to cn-east-1 and cn-north-1 only: west-general's room (the most) is never dealt a slice.
+divided_dag("divided_sovereign", duration=20, datasets=["user-events"])
 # Try 1 is lost to east-cpu's outage past the grace; try 2 (east answers as it looks) never runs again an
 # index try 1 saw succeed or that east's Job shows succeeded.
 divided_dag(
