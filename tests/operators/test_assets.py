@@ -59,6 +59,8 @@ def test_a_sovereign_inlet_keeps_the_task_in_its_regions_and_the_decision_names_
             "role": "inlet",
             "fedsched": None,
             "written_on": None,  # no task wrote it before
+            "written_size_gb": None,
+            "inherited_regions": None,
         }
     ]
     (decision,) = record["decisions"]
@@ -215,3 +217,68 @@ def test_acceptance_data_written_in_its_region_is_read_there_and_both_tries_audi
     assert cli.main(["audit", "verify", str(report)]) == 1
     err = capsys.readouterr().err
     assert "does not verify" in err and "Traceback" not in err
+
+
+def test_derived_data_inherits_its_inputs_rule_and_the_size_its_pod_reported(
+    sim_federation: SimFederation, asset_federation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``derive`` read EU-only customers and wrote a report no spec entry names; its pod reported 120 GB.
+    The report's event says so; ``read``, tempted towards China, inherits eu-west-1, is placed where the
+    report was written, and its decision detail says where, how large and under which inherited rule. The
+    audit judges it by that rule."""
+    from datetime import UTC, datetime
+
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    from airflow_provider_fedsched import cli
+
+    started = datetime.now(UTC)
+    dag_run = airflow_harness.run_dag(DAG_FILE, "fed_asset_derived")
+    assert airflow_harness.task_states(dag_run) == {"derive": "success", "read": "success"}
+    with create_session() as session:
+        (event,) = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(
+                AssetModel.uri == "s3://scratch/reports/customer-summary",
+                AssetEvent.source_run_id == dag_run.run_id,
+            )
+            .all()
+        )
+        assert event.extra["fedsched"] == {
+            "cluster": "west-general",
+            "region": "eu-west-1",
+            "allowed_regions": ["eu-west-1"],
+            "size_gb": 120.0,
+        }
+    raw = xcom(dag_run, "fedsched_placement", "read")
+    record = json.loads(raw) if isinstance(raw, str) else raw
+    assert clusters_tried(record) == ["west-general"]
+    (asset,) = record["request"]["assets"]
+    assert (asset["written_on"], asset["written_size_gb"], asset["inherited_regions"]) == (
+        "west-general",
+        120.0,
+        ["eu-west-1"],
+    )
+    reasons = {r["cluster"]: r["reason"] for r in record["decisions"][0]["rejected"]}
+    assert (
+        "'s3://scratch/reports/customer-summary' (asset, written on 'west-general' (eu-west-1), 120 GB, "
+        "inherited rule: eu-west-1)"
+    ) in reasons["east-cpu"]
+
+    capsys.readouterr()
+    code = cli.main(["audit", "--since", started.isoformat(), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (entry,) = [
+        e for e in json.loads(out)["entries"] if (e["dag_id"], e["task_id"]) == ("fed_asset_derived", "read")
+    ]
+    assert (entry["cluster"], entry["verdict"], entry["allowed_regions"]) == (
+        "west-general",
+        "compliant",
+        ["eu-west-1"],
+    )
+    assert entry["datasets"][0]["rule"].startswith(
+        "the rule inherited from the data asset 's3://scratch/reports/customer-summary' was derived from"
+    )
