@@ -71,6 +71,8 @@ class AssetDataset(BaseModel):
     written_on: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     """For an inlet: the cluster its latest asset event says it was written on (locality and egress follow
     the data there)."""
+    written_region: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """Its region, as that event says (shown; the spec's member list decides)."""
     written_size_gb: SizeGb | None = None
     """For an inlet: the size the pod that wrote it reported (replaces the extra's and the spec's)."""
     inherited_regions: Regions | None = None
@@ -91,6 +93,7 @@ class WrittenEvent(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     cluster: str | None = None
+    region: str | None = None
     size_gb: float | None = None
     allowed_regions: list[str] | None = None
 
@@ -113,7 +116,7 @@ def written_event(event_extra: Any, at: str) -> WrittenEvent:
     fields = event_extra.get(EXTRA_KEY) if isinstance(event_extra, Mapping) else None
     if not isinstance(fields, Mapping):
         return WrittenEvent()
-    cluster = fields.get("cluster")
+    cluster, region = fields.get("cluster"), fields.get("region")
     field = f"{at}: latest asset event's extra.{EXTRA_KEY}"
     size = fields.get("size_gb")
     allowed = fields.get("allowed_regions")
@@ -127,6 +130,7 @@ def written_event(event_extra: Any, at: str) -> WrittenEvent:
         raise SpecError(f"{field}.allowed_regions{_field_error(exc)}") from None
     return WrittenEvent(
         cluster=cluster if isinstance(cluster, str) and 0 < len(cluster) <= 253 else None,
+        region=region if isinstance(region, str) and 0 < len(region) <= 253 else None,
         size_gb=size,
         allowed_regions=allowed,
     )
@@ -186,6 +190,7 @@ def asset_dataset(
             role=role,
             fedsched=fields,
             written_on=written.cluster if written is not None else None,
+            written_region=written.region if written is not None else None,
             written_size_gb=written.size_gb if written is not None else None,
             inherited_regions=written.allowed_regions if written is not None else None,
         )

@@ -59,6 +59,7 @@ def test_a_sovereign_inlet_keeps_the_task_in_its_regions_and_the_decision_names_
             "role": "inlet",
             "fedsched": None,
             "written_on": None,  # no task wrote it before
+            "written_region": None,
             "written_size_gb": None,
             "inherited_regions": None,
         }
@@ -232,6 +233,7 @@ def test_derived_data_inherits_its_inputs_rule_and_the_size_its_pod_reported(
     from airflow.utils.session import create_session
 
     from airflow_provider_fedsched import cli
+    from airflow_provider_fedsched.plugins import history
 
     started = datetime.now(UTC)
     dag_run = airflow_harness.run_dag(DAG_FILE, "fed_asset_derived")
@@ -266,6 +268,20 @@ def test_derived_data_inherits_its_inputs_rule_and_the_size_its_pod_reported(
         "'s3://scratch/reports/customer-summary' (asset, written on 'west-general' (eu-west-1), 120 GB, "
         "inherited rule: eu-west-1)"
     ) in reasons["east-cpu"]
+
+    where = {"dag_id": "fed_asset_derived", "run_id": dag_run.run_id, "task_id": "read", "map_index": -1}
+    detail = history.placement_detail(raw, **where, recorded_at=None)  # the Federation page's decision view
+    assert detail["data"] == [
+        {
+            "uri": "s3://scratch/reports/customer-summary",
+            "name": "s3://scratch/reports/customer-summary",
+            "role": "inlet",
+            "written_on": "west-general",
+            "written_region": "eu-west-1",
+            "written_size_gb": 120.0,
+            "inherited_regions": ["eu-west-1"],
+        }
+    ]
 
     capsys.readouterr()
     code = cli.main(["audit", "--since", started.isoformat(), "--json"])
