@@ -220,8 +220,9 @@ def test_acceptance_data_written_in_its_region_is_read_there_and_both_tries_audi
     assert "does not verify" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("dag_id", ["fed_asset_derived", "fed_asset_derived_deferrable"])
 def test_derived_data_inherits_its_inputs_rule_and_the_size_its_pod_reported(
-    sim_federation: SimFederation, asset_federation: Path, capsys: pytest.CaptureFixture[str]
+    sim_federation: SimFederation, asset_federation: Path, capsys: pytest.CaptureFixture[str], dag_id: str
 ) -> None:
     """``derive`` read EU-only customers and wrote a report no spec entry names; its pod reported 120 GB.
     The report's event says so; ``read``, tempted towards China, inherits eu-west-1, is placed where the
@@ -236,7 +237,7 @@ def test_derived_data_inherits_its_inputs_rule_and_the_size_its_pod_reported(
     from airflow_provider_fedsched.plugins import history
 
     started = datetime.now(UTC)
-    dag_run = airflow_harness.run_dag(DAG_FILE, "fed_asset_derived")
+    dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
     assert airflow_harness.task_states(dag_run) == {"derive": "success", "read": "success"}
     with create_session() as session:
         (event,) = (
@@ -269,7 +270,7 @@ def test_derived_data_inherits_its_inputs_rule_and_the_size_its_pod_reported(
         "inherited rule: eu-west-1)"
     ) in reasons["east-cpu"]
 
-    where = {"dag_id": "fed_asset_derived", "run_id": dag_run.run_id, "task_id": "read", "map_index": -1}
+    where = {"dag_id": dag_id, "run_id": dag_run.run_id, "task_id": "read", "map_index": -1}
     detail = history.placement_detail(raw, **where, recorded_at=None)  # the Federation page's decision view
     assert detail["data"] == [
         {
@@ -287,9 +288,7 @@ def test_derived_data_inherits_its_inputs_rule_and_the_size_its_pod_reported(
     code = cli.main(["audit", "--since", started.isoformat(), "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    (entry,) = [
-        e for e in json.loads(out)["entries"] if (e["dag_id"], e["task_id"]) == ("fed_asset_derived", "read")
-    ]
+    (entry,) = [e for e in json.loads(out)["entries"] if (e["dag_id"], e["task_id"]) == (dag_id, "read")]
     assert (entry["cluster"], entry["verdict"], entry["allowed_regions"]) == (
         "west-general",
         "compliant",

@@ -117,7 +117,7 @@ acceptance_dag()
 federated_dag("fed_asset_acceptance_excluded", inlets=[EU_SCORES], clusters=["east-cpu", "north-gpu"])
 
 
-def derived_dag() -> None:
+def derived_dag(dag_id: str, *, deferrable: bool) -> None:
     """``derive`` reads EU customers and writes a report no spec entry names, reporting its size from the
     pod; ``read`` reads the report, tempted towards China: the report inherits its input's rule (eu-west-1)
     and its reported size pulls locality to where it was written."""
@@ -135,13 +135,14 @@ def derived_dag() -> None:
         "unschedulable_grace_seconds": 0,
         "container_resources": requests(),
     }
-    with DAG("fed_asset_derived", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
         (
             FederatedKubernetesOperator(
                 task_id="derive",
                 inlets=[CUSTOMERS],
                 outlets=[DERIVED_REPORT],
                 do_xcom_push=True,
+                deferrable=deferrable,
                 annotations=sim(xcom=json.dumps({"fedsched_size_gb": 120, "rows": 10})),
                 **common,
             )
@@ -157,4 +158,5 @@ def derived_dag() -> None:
 
 DERIVED_REPORT = Asset(uri="s3://scratch/reports/customer-summary")
 """No spec entry names it and its extra says nothing: its rule is only what it inherits."""
-derived_dag()
+derived_dag("fed_asset_derived", deferrable=False)
+derived_dag("fed_asset_derived_deferrable", deferrable=True)  # the size read after the pod trigger fires
