@@ -110,8 +110,8 @@ def _field_error(exc: ValidationError) -> str:
 
 def written_event(event_extra: Any, at: str) -> WrittenEvent:
     """An asset event's ``extra[EXTRA_KEY]`` as :func:`where_written` put it. A cluster that cannot be read
-    is ignored (it only steers locality); a ``size_gb`` or ``allowed_regions`` that cannot be is a
-    :class:`SpecError` naming ``at`` and the field: a rule is never dropped (that would widen it), and a
+    is ignored (it only steers locality); a ``region``, ``size_gb`` or ``allowed_regions`` that cannot be is
+    a :class:`SpecError` naming ``at`` and the field: a rule is never dropped (that would widen it), and a
     stray size is hostile input."""
     fields = event_extra.get(EXTRA_KEY) if isinstance(event_extra, Mapping) else None
     if not isinstance(fields, Mapping):
@@ -120,6 +120,8 @@ def written_event(event_extra: Any, at: str) -> WrittenEvent:
     field = f"{at}: latest asset event's extra.{EXTRA_KEY}"
     size = fields.get("size_gb")
     allowed = fields.get("allowed_regions")
+    if region is not None and not (isinstance(region, str) and 0 < len(region) <= 253):
+        raise SpecError(f"{field}.region: a region's name, 1 to 253 characters (got {str(region)[:SHOWN]!r})")
     try:
         size = None if size is None else _SIZE.validate_python(size)
     except ValidationError as exc:
@@ -130,7 +132,7 @@ def written_event(event_extra: Any, at: str) -> WrittenEvent:
         raise SpecError(f"{field}.allowed_regions{_field_error(exc)}") from None
     return WrittenEvent(
         cluster=cluster if isinstance(cluster, str) and 0 < len(cluster) <= 253 else None,
-        region=region if isinstance(region, str) and 0 < len(region) <= 253 else None,
+        region=region,
         size_gb=size,
         allowed_regions=allowed,
     )

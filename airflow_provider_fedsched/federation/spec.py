@@ -549,6 +549,13 @@ class FederationSpec(_Model):
                 raise SpecError(
                     f"{at}: {event}.allowed_regions[{i}]: unknown region '{region}' (known: {listed})"
                 )
+        if written is not None and asset.written_region is not None:
+            home = names.clusters[written].region
+            if asset.written_region != home:
+                raise SpecError(
+                    f"{at}: {event}.region: '{asset.written_region}' contradicts cluster '{written}', which "
+                    f"is in '{home}'"
+                )
         where_from = {
             "written_on": written,
             "written_region": names.clusters[written].region if written is not None else None,

@@ -201,6 +201,19 @@ EVENT_CASES: list[tuple[str, Any, list[str]]] = [
         ["'s3://x/a'", "event's extra.fedsched.allowed_regions"],
     ),
     (
+        "event region a list",
+        fedsched(cluster="eu-a", region=["eu-west-1"]),
+        ["'s3://x/a'", "event's extra.fedsched.region"],
+    ),
+    (
+        "event region contradicts its cluster",
+        fedsched(cluster="eu-a", region="cn-east-1"),
+        [
+            "'s3://x/a'",
+            "event's extra.fedsched.region: 'cn-east-1' contradicts cluster 'eu-a', which is in 'eu-west-1'",
+        ],
+    ),
+    (
         "event allowed region unknown",
         fedsched(cluster="eu-a", allowed_regions=["mars-1"]),
         ["'s3://x/a'", "latest asset event's extra.fedsched.allowed_regions[0]: unknown region 'mars-1'"],
