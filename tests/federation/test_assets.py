@@ -315,3 +315,23 @@ def test_a_writer_marks_where_and_under_which_rule() -> None:
         "region": "eu-west-1",
         "allowed_regions": ["eu-west-1"],
     }
+
+
+def test_a_size_its_writer_reported_is_what_egress_costs() -> None:
+    """The same inlet, written on ``us``: reported at 1000 GB its egress to any other member costs more than
+    reported at 1 GB (its extra's 9 GB replaced either way), and nothing on ``us`` itself."""
+    priced = [{**cluster, "prices": {"egress_gb": 0.1}} for cluster in SPEC["clusters"]]
+    federation = spec(clusters=priced)
+    snapshots = {c.name: helpers.snapshot(c.name) for c in federation.clusters}
+
+    def cost_raw(size: float) -> dict[str, float]:
+        written = WrittenEvent(cluster="us", size_gb=size)
+        inlet = asset_dataset("s3://s/f", "s3://s/f", {"fedsched": {"size_gb": 9}}, "inlet", "w", written)
+        decision = FederationEngine(federation).decide(
+            helpers.request(assets=[inlet]), snapshots, now=helpers.NOW
+        )
+        return {c.cluster: c.breakdown["Cost"].raw for c in decision.candidates}
+
+    small, large = cost_raw(1), cost_raw(1000)
+    assert large["us"] == small["us"]
+    assert large["eu"] > small["eu"] and large["eu2"] > small["eu2"]
