@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from airflow_provider_fedsched.federation._loading import SpecError, spec_error
 from airflow_provider_fedsched.federation.limits import SizeGb
@@ -23,9 +23,11 @@ __all__ = [
     "MAX_ASSET_ID",
     "AssetDataset",
     "AssetFields",
+    "WrittenEvent",
     "asset_dataset",
+    "size_reported",
     "where_written",
-    "written_on",
+    "written_event",
 ]
 
 EXTRA_KEY = "fedsched"
@@ -36,6 +38,10 @@ SHOWN = 200
 """How much of an asset's URI or name a message shows."""
 AssetId = Annotated[str, Field(min_length=1, max_length=MAX_ASSET_ID)]
 RegionName = Annotated[str, Field(min_length=1, max_length=253)]
+Regions = Annotated[list[RegionName], Field(min_length=1, max_length=1000)]
+SIZE_REPORT_KEY = "fedsched_size_gb"
+"""The key of a pod's XCom result (a mapping) under which it reports the size it wrote: one number for
+every outlet, or a mapping of outlet URI to number."""
 
 
 class AssetFields(BaseModel):
@@ -49,7 +55,7 @@ class AssetFields(BaseModel):
     """The region the data lives in, when no one cluster holds it."""
     size_gb: SizeGb | None = None
     """Its size (more precise than a spec entry's, which it replaces)."""
-    allowed_regions: Annotated[list[RegionName], Field(min_length=1, max_length=1000)] | None = None
+    allowed_regions: Regions | None = None
     """Sovereignty: regions a task reading or writing it may run in."""
 
 
@@ -64,7 +70,13 @@ class AssetDataset(BaseModel):
     fedsched: AssetFields | None = None
     written_on: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     """For an inlet: the cluster its latest asset event says it was written on (locality and egress follow
-    the data there; its sovereignty rule does not change)."""
+    the data there)."""
+    written_region: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """Its region, as that event says (shown; the spec's member list decides)."""
+    written_size_gb: SizeGb | None = None
+    """For an inlet: the size the pod that wrote it reported (replaces the extra's and the spec's)."""
+    inherited_regions: Regions | None = None
+    """For an inlet: the rule its writer ran under (the inputs it was derived from): it only narrows."""
 
     @property
     def label(self) -> str:
@@ -74,17 +86,83 @@ class AssetDataset(BaseModel):
         return f"'{uri}'" if self.name == self.uri else f"'{uri}' (name '{name}')"
 
 
-def written_on(event_extra: Any) -> str | None:
-    """The cluster an asset event's ``extra`` says the data was written on (as :func:`where_written` put
-    it), None when it says nothing readable: it only steers locality, so a stray value is ignored."""
+class WrittenEvent(BaseModel):
+    """What an inlet's latest asset event says of the data: where it was written, its size, the rule its
+    writer ran under."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cluster: str | None = None
+    region: str | None = None
+    size_gb: float | None = None
+    allowed_regions: list[str] | None = None
+
+
+_SIZE: TypeAdapter[float] = TypeAdapter(SizeGb)
+_REGIONS: TypeAdapter[list[str]] = TypeAdapter(Regions)
+
+
+def _field_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    place = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+    return f"{place}: {first['msg']}" if place else f": {first['msg']}"
+
+
+def written_event(event_extra: Any, at: str) -> WrittenEvent:
+    """An asset event's ``extra[EXTRA_KEY]`` as :func:`where_written` put it. A cluster that cannot be read
+    is ignored (it only steers locality); a ``region``, ``size_gb`` or ``allowed_regions`` that cannot be is
+    a :class:`SpecError` naming ``at`` and the field: a rule is never dropped (that would widen it), and a
+    stray size is hostile input."""
     fields = event_extra.get(EXTRA_KEY) if isinstance(event_extra, Mapping) else None
-    cluster = fields.get("cluster") if isinstance(fields, Mapping) else None
-    return cluster if isinstance(cluster, str) and 0 < len(cluster) <= 253 else None
+    if not isinstance(fields, Mapping):
+        return WrittenEvent()
+    cluster, region = fields.get("cluster"), fields.get("region")
+    field = f"{at}: latest asset event's extra.{EXTRA_KEY}"
+    size = fields.get("size_gb")
+    allowed = fields.get("allowed_regions")
+    if region is not None and not (isinstance(region, str) and 0 < len(region) <= 253):
+        raise SpecError(f"{field}.region: a region's name, 1 to 253 characters (got {str(region)[:SHOWN]!r})")
+    try:
+        size = None if size is None else _SIZE.validate_python(size)
+    except ValidationError as exc:
+        raise SpecError(f"{field}.size_gb{_field_error(exc)} (got {str(size)[:SHOWN]!r})") from None
+    try:
+        allowed = None if allowed is None else _REGIONS.validate_python(allowed)
+    except ValidationError as exc:
+        raise SpecError(f"{field}.allowed_regions{_field_error(exc)}") from None
+    return WrittenEvent(
+        cluster=cluster if isinstance(cluster, str) and 0 < len(cluster) <= 253 else None,
+        region=region,
+        size_gb=size,
+        allowed_regions=allowed,
+    )
 
 
-def where_written(cluster: str, region: str) -> dict[str, str]:
-    """What a succeeded task adds to its outlet asset events' ``extra[EXTRA_KEY]``."""
-    return {"cluster": cluster, "region": region}
+def where_written(cluster: str, region: str, allowed_regions: list[str] | None = None) -> dict[str, Any]:
+    """What a succeeded task adds to its outlet asset events' ``extra[EXTRA_KEY]``: where it ran and, when
+    its data had a rule, that rule (its outputs inherit it)."""
+    written: dict[str, Any] = {"cluster": cluster, "region": region}
+    if allowed_regions is not None:
+        written["allowed_regions"] = sorted(allowed_regions)
+    return written
+
+
+def size_reported(result: Any, uri: str) -> float | None:
+    """The size a pod's XCom result reports for the outlet ``uri`` (``{"fedsched_size_gb": 12.5}`` for every
+    outlet, or ``{"fedsched_size_gb": {"s3://...": 12.5}}`` per outlet); None when it reports none. A value
+    that is no size is a :class:`SpecError` naming the field."""
+    if not isinstance(result, Mapping) or SIZE_REPORT_KEY not in result:
+        return None
+    value = result[SIZE_REPORT_KEY]
+    field = f"the pod's result {SIZE_REPORT_KEY}"
+    if isinstance(value, Mapping):
+        if uri not in value:
+            return None
+        value, field = value[uri], f"{field}[{uri[:SHOWN]!r}]"
+    try:
+        return _SIZE.validate_python(value)
+    except ValidationError as exc:
+        raise SpecError(f"{field}{_field_error(exc)} (got {str(value)[:SHOWN]!r})") from None
 
 
 def asset_dataset(
@@ -93,7 +171,7 @@ def asset_dataset(
     extra: Any,
     role: Literal["inlet", "outlet"],
     where: str,
-    written: str | None = None,
+    written: WrittenEvent | None = None,
 ) -> AssetDataset:
     """An asset's federation view; :class:`SpecError` naming ``where``, the asset's URI and the field."""
     shown = str(uri)[:SHOWN]
@@ -108,7 +186,16 @@ def asset_dataset(
             f"allowed_regions (got {type(fields).__name__})"
         )
     try:
-        return AssetDataset(uri=uri, name=name, role=role, fedsched=fields, written_on=written)
+        return AssetDataset(
+            uri=uri,
+            name=name,
+            role=role,
+            fedsched=fields,
+            written_on=written.cluster if written is not None else None,
+            written_region=written.region if written is not None else None,
+            written_size_gb=written.size_gb if written is not None else None,
+            inherited_regions=written.allowed_regions if written is not None else None,
+        )
     except ValidationError as exc:
         raise SpecError(
             str(spec_error(exc, f"{where} ({role} '{shown}')")).replace(").fedsched", f") extra.{EXTRA_KEY}")

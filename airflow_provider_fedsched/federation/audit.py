@@ -332,13 +332,22 @@ def _asset_rules(spec: FederationSpec, record: PlacementRecord) -> tuple[list[di
             continue
         if resolved is None or resolved.allowed_regions is None:
             continue
-        if resolved.entry is None:
+        fields = asset.fedsched
+        own = fields is not None and fields.allowed_regions is not None
+        if resolved.entry is not None:
+            rule = f"federation spec '{spec.name}', datasets[{indices[resolved.entry]}] ({resolved.entry})"
+            if own:
+                rule += f", narrowed by asset '{asset.uri}' extra.fedsched"
+        elif own:
             rule = f"asset '{asset.uri}' extra.fedsched"
         else:
-            rule = f"federation spec '{spec.name}', datasets[{indices[resolved.entry]}] ({resolved.entry})"
-            fields = asset.fedsched
-            if fields is not None and fields.allowed_regions is not None:
-                rule += f", narrowed by asset '{asset.uri}' extra.fedsched"
+            rule = ""
+        if resolved.inherited_regions is not None:
+            inherited = (
+                f"inherited from the data asset '{asset.uri}' was derived from (its latest event, "
+                f"written on {resolved.written_on or 'a member the spec no longer has'})"
+            )
+            rule = f"{rule}, narrowed by the rule {inherited}" if rule else f"the rule {inherited}"
         rules.append(
             {
                 "name": resolved.name,

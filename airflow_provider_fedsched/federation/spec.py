@@ -238,10 +238,22 @@ class ResolvedDataset(DatasetSpec):
     """The spec entry it matched (None: its ``extra`` alone says what it is)."""
     written_on: str | None = None
     """The member its latest asset event says it was written on: ``cluster`` is that one then."""
+    written_region: str | None = None
+    """That member's region."""
+    written_size_gb: float | None = None
+    """The size its writer's pod reported (``size_gb`` is that one then)."""
+    inherited_regions: list[str] | None = None
+    """The rule its writer ran under (the inputs it was derived from), which ``allowed_regions`` narrows."""
 
     @property
     def label(self) -> str:
-        written = f", written on '{self.written_on}'" if self.written_on is not None else ""
+        written = ""
+        if self.written_on is not None:
+            written = f", written on '{self.written_on}' ({self.written_region})"
+            if self.written_size_gb is not None:
+                written += f", {self.written_size_gb:g} GB"
+        if self.inherited_regions is not None:
+            written += f", inherited rule: {', '.join(self.inherited_regions)}"
         if self.entry is None:
             return f"'{self.asset[:200]}' (asset{written})"
         return f"'{self.name}' (asset '{self.asset[:200]}'{written})"
@@ -525,22 +537,52 @@ class FederationSpec(_Model):
         # the spec no longer has is ignored: the event only steers a preference, never a rule.
         written = asset.written_on if asset.role == "inlet" else None
         written = written if written in names.clusters else None
+        # What its writer reported and ran under: the size replaces the others (it is measured); the
+        # inherited rule narrows every other rule, and an unknown region in it is an error (dropping it
+        # would widen the rule).
+        reported = asset.written_size_gb if asset.role == "inlet" else None
+        inherited = asset.inherited_regions if asset.role == "inlet" else None
+        event = f"latest asset event's {extra}"
+        for i, region in enumerate(inherited or ()):
+            if region not in names.regions:
+                listed = ", ".join(sorted(names.regions))
+                raise SpecError(
+                    f"{at}: {event}.allowed_regions[{i}]: unknown region '{region}' (known: {listed})"
+                )
+        if written is not None and asset.written_region is not None:
+            home = names.clusters[written].region
+            if asset.written_region != home:
+                raise SpecError(
+                    f"{at}: {event}.region: '{asset.written_region}' contradicts cluster '{written}', which "
+                    f"is in '{home}'"
+                )
+        where_from = {
+            "written_on": written,
+            "written_region": names.clusters[written].region if written is not None else None,
+            "written_size_gb": reported,
+            "inherited_regions": inherited,
+        }
         if entry is None:
-            if written is None and (
-                fields is None
-                or (fields.cluster is None and fields.region is None and fields.allowed_regions is None)
+            if (
+                written is None
+                and inherited is None
+                and (
+                    fields is None
+                    or (fields.cluster is None and fields.region is None and fields.allowed_regions is None)
+                )
             ):
                 return None  # no spec entry and nothing said of it: not a restricted dataset
             cluster = fields.cluster if fields is not None else None
             if fields is not None and cluster is not None and fields.region is not None:
                 self._check_home(at, f"{extra}.region", fields.region, cluster, f"{extra}.cluster")
+            own = fields.allowed_regions if fields is not None else None
             return ResolvedDataset(
                 name=asset.uri,
                 asset=asset.uri,
                 cluster=written or cluster,
-                size_gb=(fields.size_gb if fields is not None else None) or 0.0,
-                allowed_regions=fields.allowed_regions if fields is not None else None,
-                written_on=written,
+                size_gb=reported if reported is not None else (fields.size_gb if fields else None) or 0.0,
+                allowed_regions=_narrowed(at, own, f"{extra}.allowed_regions", inherited),
+                **where_from,
             )
         allowed = entry.allowed_regions
         size = entry.size_gb
@@ -563,15 +605,28 @@ class FederationSpec(_Model):
                 allowed = fields.allowed_regions
             if fields.size_gb is not None:
                 size = fields.size_gb
+        source = f"spec dataset '{entry.name}'"
+        if fields is not None and fields.allowed_regions is not None:
+            source = f"{extra}.allowed_regions"
         return ResolvedDataset(
             name=entry.name,
             asset=asset.uri,
             entry=entry.name,
             cluster=written or entry.cluster,
-            size_gb=size,
-            allowed_regions=allowed,
-            written_on=written,
+            size_gb=reported if reported is not None else size,
+            allowed_regions=_narrowed(at, allowed, source, inherited),
+            **where_from,
         )
+
+    @staticmethod
+    def rule_of(datasets: Iterable[DatasetSpec]) -> list[str] | None:
+        """The regions every one of ``datasets`` allows at once (sorted; None: they place no rule)."""
+        allowed: set[str] | None = None
+        for dataset in datasets:
+            if dataset.allowed_regions is not None:
+                mine = set(dataset.allowed_regions)
+                allowed = mine if allowed is None else allowed & mine
+        return sorted(allowed) if allowed is not None else None
 
     def _check_home(self, at: str, field: str, region: str, cluster: str, source: str) -> None:
         home = self._names.clusters[cluster].region
@@ -579,6 +634,23 @@ class FederationSpec(_Model):
             raise SpecError(
                 f"{at}: {field}: '{region}' contradicts {source}: cluster '{cluster}' is in '{home}'"
             )
+
+
+def _narrowed(at: str, own: list[str] | None, source: str, inherited: list[str] | None) -> list[str] | None:
+    """``own`` (a spec entry's or an extra's rule) narrowed by the rule ``inherited`` from the data it was
+    derived from: the narrower always wins; none in common is an error (no cluster may run the task)."""
+    if inherited is None:
+        return own
+    if own is None:
+        return list(inherited)
+    both = [region for region in own if region in inherited]
+    if not both:
+        raise SpecError(
+            f"{at}: the rule it inherited from the data it was derived from (allowed: "
+            f"{', '.join(inherited)}) and {source} (allowed: {', '.join(own)}) have no region in common: "
+            "no cluster may run a task reading it"
+        )
+    return both
 
 
 def _asset_names(datasets: Iterable[DatasetSpec]) -> dict[str, list[DatasetSpec]]:

@@ -19,9 +19,11 @@ from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.assets import (
     EXTRA_KEY,
     AssetDataset,
+    WrittenEvent,
     asset_dataset,
+    size_reported,
     where_written,
-    written_on,
+    written_event,
 )
 from airflow_provider_fedsched.federation.limits import check_seconds
 from airflow_provider_fedsched.federation.request import TaskRequest
@@ -149,24 +151,28 @@ def task_tenant(
     return tenant
 
 
-def latest_written_on(context: Any, inlet: Any) -> str | None:
-    """The cluster the inlet's latest asset event says it was written on (None without a try's context,
-    an event, or a readable one). Reading it fails no task: it only steers locality."""
+def latest_event_extra(context: Any, inlet: Any, where: str) -> Any:
+    """The ``extra`` of the inlet's latest asset event (None without a try's context or an event). An
+    event that cannot be read fails the try before anything is reserved (one that may be tried again): it
+    may carry the rule the data inherited, and placing without it could widen that rule."""
     if not isinstance(context, Mapping) or "inlet_events" not in context:
         return None
     try:
         events = list(context["inlet_events"][inlet].ascending(False).limit(1))
-    except Exception as exc:  # the API server's answer; locality is a preference, never worth a failed try
-        log.warning("Cannot read the latest event of asset %s: %s", inlet, str(exc)[:300])
-        return None
-    return written_on(events[0].extra) if events else None
+    except Exception as exc:  # the API server's answer: the try may succeed when it answers again
+        raise AirflowException(
+            f"{where}: cannot read the latest event of asset {inlet!r} (it may carry the rule its data "
+            f"inherited): {str(exc)[:300]}"
+        ) from None
+    return events[0].extra if events else None
 
 
 def task_assets(inlets: Sequence[Any], outlets: Sequence[Any], context: Any = None) -> list[AssetDataset]:
     """The task's Assets (inlets, then outlets) as the datasets it reads or writes, each once; its extra's
     ``fedsched`` fields checked, naming the asset. A reference by name or URI carries no extra; an
     AssetAlias names no asset until the task emits events, so it is not a dataset here. With a try's
-    ``context``, an inlet carries the cluster its latest event says it was written on."""
+    ``context``, an inlet carries what its latest event says: the cluster it was written on, the size its
+    writer reported, the rule its writer ran under."""
     found: dict[str, AssetDataset] = {}
     roles: tuple[tuple[Literal["inlet", "outlet"], Sequence[Any]], ...] = (
         ("inlet", inlets),
@@ -178,7 +184,11 @@ def task_assets(inlets: Sequence[Any], outlets: Sequence[Any], context: Any = No
             try:
                 if not isinstance(item, Asset | AssetUriRef | AssetNameRef):
                     continue
-                written = latest_written_on(context, item) if role == "inlet" else None
+                written: WrittenEvent | None = None
+                if role == "inlet":
+                    uri = getattr(item, "uri", None) or getattr(item, "name", "")
+                    at = f"{where} (inlet '{str(uri)[:200]}')"
+                    written = written_event(latest_event_extra(context, item, at), at)
                 if isinstance(item, Asset):
                     dataset = asset_dataset(item.uri, item.name, item.extra, role, where, written)
                 elif isinstance(item, AssetUriRef):
@@ -191,14 +201,36 @@ def task_assets(inlets: Sequence[Any], outlets: Sequence[Any], context: Any = No
     return list(found.values())
 
 
-def mark_outlets(context: Any, outlets: Sequence[Any], cluster: str, region: str) -> None:
-    """On success: each outlet Asset's event says where the data was written (``extra["fedsched"]``), so
-    that a task reading it next is placed toward it."""
+def mark_outlets(
+    context: Any, outlets: Sequence[Any], cluster: str, region: str, allowed_regions: list[str] | None
+) -> None:
+    """On success: each outlet Asset's event says where the data was written and the rule the task ran
+    under (``extra["fedsched"]``), so that a task reading it next is placed toward it and inherits it."""
     if not isinstance(context, Mapping) or "outlet_events" not in context:
         return
     for item in outlets:
         if isinstance(item, Asset | AssetUriRef | AssetNameRef):
-            context["outlet_events"][item].extra[EXTRA_KEY] = where_written(cluster, region)
+            context["outlet_events"][item].extra[EXTRA_KEY] = where_written(cluster, region, allowed_regions)
+
+
+def report_sizes(context: Any, outlets: Sequence[Any], result: Any) -> None:
+    """After success: the size the pod reported in its XCom result (``{"fedsched_size_gb": ...}``) joins
+    each marked outlet's event. A value that is no size is left out with a warning naming it: the work is
+    done, and failing the try would run it again."""
+    if not isinstance(context, Mapping) or "outlet_events" not in context:
+        return
+    for item in outlets:
+        if not isinstance(item, Asset | AssetUriRef | AssetNameRef):
+            continue
+        uri = item.uri if isinstance(item, Asset | AssetUriRef) else item.name
+        try:
+            size = size_reported(result, uri)
+        except SpecError as exc:
+            log.warning("Outlet %r: its size is not recorded: %s", uri[:200], exc)
+            continue
+        marked = context["outlet_events"][item].extra.get(EXTRA_KEY)
+        if size is not None and isinstance(marked, dict):
+            marked["size_gb"] = size
 
 
 def budget(value: Any, argument: str) -> float | None:
@@ -235,6 +267,8 @@ class Arguments(KubernetesPodOperator):
         self.tenant = tenant
         self.max_cost = max_cost
         self.max_egress_gb = max_egress_gb
+        self.data_rule: list[str] | None = None
+        """The regions its data allows (every dataset's rule at once; None = anywhere), once prepared."""
 
     if TYPE_CHECKING:  # provided by FederatedKubernetesOperator
 
@@ -305,9 +339,11 @@ class Arguments(KubernetesPodOperator):
         )
         assets = task_assets(self.inlets, self.outlets, context)
         try:  # the datasets its Assets are, before anything is reserved: a conflict fails the try here
-            spec.check_references(datasets=self.datasets, assets=assets)
+            resolved = spec.check_references(datasets=self.datasets, assets=assets)
         except SpecError as exc:
             raise FederationError(str(exc)) from None
+        # The rule the task runs under: what its outputs inherit (:func:`mark_outlets`).
+        self.data_rule = FederationSpec.rule_of(resolved)
         # The pod template reads connection extras (namespace, sidecar): any member that resolves will
         # do, so a broken member never fails a task the others can run (the decision says why it is out).
         members = self.clusters or [c.name for c in spec.clusters]

@@ -86,6 +86,7 @@ class Contract(EarlierTries):
         task_request: TaskRequest
         preemptible: bool
         checkpoint: str | None
+        data_rule: list[str] | None
         unschedulable_grace_seconds: float
         unreachable_grace: timedelta | float
         _records: records.RecordKeeper
@@ -465,7 +466,7 @@ class Contract(EarlierTries):
                 region = self.federation_hook.spec.cluster(attempt.cluster).region
             except SpecError:
                 return  # a member gone from the spec since: no place to point a reader to
-            mark_outlets(context, self.outlets, attempt.cluster, region)
+            mark_outlets(context, self.outlets, attempt.cluster, region, self.data_rule)
         self.log.info("Placement: %s", self._record.summary())
 
     def _give_up(self, context: Any, reason: str) -> FederationError:

@@ -41,6 +41,7 @@ from airflow_provider_fedsched.operators.arguments import (
     CONFLICTING,
     Arguments,
     FederationError,
+    report_sizes,
     seconds,
 )
 from airflow_provider_fedsched.operators.contract import ClusterLeft
@@ -191,7 +192,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
     def execute(self, context: Any) -> Any:
         self._begin(context)
         with self._sweeping_at_the_end():
-            return self._continue(context)
+            return self._ended(context, self._continue(context))
 
     def resume_placement(self, context: Any, event: Any = None) -> Any:
         """Re-entry after a deferred wait: decide again. An event that cannot be read ends the try, failed,
@@ -205,7 +206,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             if news.message:
                 self.log.info("Deciding again: %s", news.message)
         with self._sweeping_at_the_end():
-            return self._place_and_run(context)
+            return self._ended(context, self._place_and_run(context))
 
     def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
         """Re-entry after the pod trigger fired: judge the attempt from a fresh read of its pod."""
@@ -219,7 +220,13 @@ class FederatedKubernetesOperator(Arguments, Deferral):
             raise self._unreadable_event(context, attempt, str(exc)) from None
         self.use_cluster(news.fedsched_cluster or attempt.cluster)
         with self._sweeping_at_the_end():
-            return self._reenter(context, attempt, news)
+            return self._ended(context, self._reenter(context, attempt, news))
+
+    def _ended(self, context: Any, result: Any) -> Any:
+        """The try succeeded with ``result``: the size its pod reported joins its outlets' events."""
+        if self.outlets:
+            report_sizes(context, self.outlets, result)
+        return result
 
     @contextlib.contextmanager
     def _sweeping_at_the_end(self) -> Iterator[None]:

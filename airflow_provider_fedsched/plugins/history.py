@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from airflow_provider_fedsched.federation._errors import PermanentError
+from airflow_provider_fedsched.federation.assets import AssetDataset
 from airflow_provider_fedsched.federation.decision import Decision
 from airflow_provider_fedsched.federation.record import FAILURE_KINDS, XCOM_KEY, PlacementRecord
 from airflow_provider_fedsched.federation.spec import SpecError
@@ -456,7 +457,38 @@ def placement_detail(
     if not row["readable"]:
         return {**row, "decisions": []}
     record = parse_record(value)
-    return {**row, "decisions": [decision_detail(raw) for raw in record.decisions]}
+    return {
+        **row,
+        "data": data_detail(record.request),
+        "decisions": [decision_detail(raw) for raw in record.decisions],
+    }
+
+
+def data_detail(request: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The try's Airflow Assets as its request recorded them: for an inlet, where its latest event says it
+    was written (cluster, region), the size its writer reported and the rule it inherited. An item this
+    version cannot read is left out (the decisions still say what placed the try)."""
+    raw = request.get("assets") if isinstance(request, Mapping) else None
+    shown = []
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            asset = AssetDataset.model_validate(item)
+        except ValidationError:
+            continue
+        shown.append(
+            asset.model_dump(
+                include={
+                    "uri",
+                    "name",
+                    "role",
+                    "written_on",
+                    "written_region",
+                    "written_size_gb",
+                    "inherited_regions",
+                }
+            )
+        )
+    return shown
 
 
 # --- Member clusters ----------------------------------------------------------------------------------

@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from airflow_provider_fedsched.federation import SpecError, load_spec
-from airflow_provider_fedsched.federation.assets import AssetDataset, asset_dataset, written_on
+from airflow_provider_fedsched.federation.assets import (
+    AssetDataset,
+    WrittenEvent,
+    asset_dataset,
+    size_reported,
+    where_written,
+    written_event,
+)
 from airflow_provider_fedsched.federation.engine import FederationEngine
 from airflow_provider_fedsched.federation.spec import FederationSpec, ResolvedDataset
 from tests.federation import helpers
@@ -189,11 +196,13 @@ def test_a_spec_entry_needs_its_cluster() -> None:
 
 def test_an_inlet_written_elsewhere_moves_its_locality_but_keeps_its_rule() -> None:
     federation = spec()
-    moved = asset_dataset("s3://eu-lake/patients/a", "s3://eu-lake/patients/a", {}, "inlet", "w", "eu2")
+    moved = asset_dataset(
+        "s3://eu-lake/patients/a", "s3://eu-lake/patients/a", {}, "inlet", "w", WrittenEvent(cluster="eu2")
+    )
     (found,) = resolve(federation, moved)
     assert (found.cluster, found.written_on, found.entry) == ("eu2", "eu2", "patients")
     assert found.allowed_regions == ["eu-west-1", "eu-central-1"]  # where it was written changes no rule
-    assert found.label == "'patients' (asset 's3://eu-lake/patients/a', written on 'eu2')"
+    assert found.label == "'patients' (asset 's3://eu-lake/patients/a', written on 'eu2' (eu-central-1))"
     # An event naming a member the spec no longer has steers nothing; an outlet's is not read.
     gone = moved.model_copy(update={"written_on": "retired"})
     assert resolve(federation, gone)[0].cluster == "eu"
@@ -201,7 +210,10 @@ def test_an_inlet_written_elsewhere_moves_its_locality_but_keeps_its_rule() -> N
     assert resolve(federation, outlet)[0].cluster == "eu"
     # With no entry and no rule, a written asset of known size is a dataset for locality alone.
     (scratch,) = resolve(
-        federation, asset_dataset("s3://s/f", "s3://s/f", {"fedsched": {"size_gb": 9}}, "inlet", "w", "us")
+        federation,
+        asset_dataset(
+            "s3://s/f", "s3://s/f", {"fedsched": {"size_gb": 9}}, "inlet", "w", WrittenEvent(cluster="us")
+        ),
     )
     assert (scratch.cluster, scratch.size_gb, scratch.allowed_regions) == ("us", 9, None)
 
@@ -220,4 +232,106 @@ def test_an_inlet_written_elsewhere_moves_its_locality_but_keeps_its_rule() -> N
     ],
 )
 def test_an_event_s_extra_says_where_it_was_written_or_nothing(extra: Any, cluster: str | None) -> None:
-    assert written_on(extra) == cluster
+    assert written_event(extra, "inlets[0]").cluster == cluster
+
+
+def test_an_inlet_inherits_the_rule_its_writer_ran_under_and_only_narrows() -> None:
+    """Derived data keeps its inputs' sovereignty: an inherited rule narrows the entry's, and makes an asset
+    no entry names restricted; a size its writer reported replaces the others for locality and egress."""
+    federation = spec()
+    written = WrittenEvent(cluster="eu2", size_gb=7.5, allowed_regions=["eu-central-1"])
+    (narrowed,) = resolve(
+        federation, asset_dataset("s3://eu-lake/patients/b", "b", {}, "inlet", "w", written)
+    )
+    assert narrowed.allowed_regions == ["eu-central-1"]  # the entry allows eu-west-1 too: narrower wins
+    assert (narrowed.cluster, narrowed.size_gb, narrowed.written_region) == ("eu2", 7.5, "eu-central-1")
+    assert narrowed.label == (
+        "'patients' (asset 's3://eu-lake/patients/b', written on 'eu2' (eu-central-1), 7.5 GB, "
+        "inherited rule: eu-central-1)"
+    )
+    (derived,) = resolve(
+        federation,
+        asset_dataset(
+            "s3://scratch/r", "s3://scratch/r", {}, "inlet", "w", WrittenEvent(allowed_regions=["eu-west-1"])
+        ),
+    )
+    assert (derived.entry, derived.allowed_regions, derived.cluster) == (None, ["eu-west-1"], None)
+    # An inherited rule wider than the entry's lifts nothing; one of another place is an error.
+    wide = WrittenEvent(allowed_regions=["eu-west-1", "eu-central-1", "us-east-1"])
+    (kept,) = resolve(federation, asset_dataset("s3://eu-lake/patients/c", "c", {}, "inlet", "w", wide))
+    assert kept.allowed_regions == ["eu-west-1", "eu-central-1"]
+    with pytest.raises(SpecError, match="have no region in common"):
+        resolve(
+            federation,
+            asset_dataset(
+                "s3://eu-lake/patients/d", "d", {}, "inlet", "w", WrittenEvent(allowed_regions=["us-east-1"])
+            ),
+        )
+    # An outlet's event is not read (it is what the task writes, not what it read).
+    outlet = asset_dataset(
+        "s3://scratch/r", "s3://scratch/r", {}, "outlet", "w", WrittenEvent(allowed_regions=["us-east-1"])
+    )
+    assert resolve(federation, outlet) == []
+
+
+def test_the_rule_a_task_runs_under_is_every_dataset_s_at_once() -> None:
+    federation = spec()
+    found = federation.check_references(
+        datasets=["events"],
+        assets=[
+            asset("s3://eu-lake/patients/a"),
+            asset("s3://x", allowed_regions=["eu-central-1", "us-east-1"]),
+        ],
+    )
+    assert FederationSpec.rule_of(found) == ["eu-central-1"]
+    assert FederationSpec.rule_of(federation.check_references(datasets=["events"])) is None
+
+
+@pytest.mark.parametrize(
+    ("result", "size"),
+    [
+        ({"fedsched_size_gb": 12.5}, 12.5),
+        ({"fedsched_size_gb": {"s3://a": 3}}, 3.0),
+        ({"fedsched_size_gb": {"s3://other": 3}}, None),
+        ({"accuracy": 0.9}, None),
+        ([1, 2], None),
+        (None, None),
+    ],
+)
+def test_a_pod_reports_the_size_it_wrote_in_its_result(result: Any, size: float | None) -> None:
+    assert size_reported(result, "s3://a") == size
+
+
+@pytest.mark.parametrize("bad", [-1, "big", True, float("nan"), {"s3://a": "x"}])
+def test_a_reported_size_that_is_no_size_names_the_field(bad: Any) -> None:
+    with pytest.raises(SpecError, match=r"the pod's result fedsched_size_gb"):
+        size_reported({"fedsched_size_gb": bad}, "s3://a")
+
+
+def test_a_writer_marks_where_and_under_which_rule() -> None:
+    assert where_written("eu", "eu-west-1") == {"cluster": "eu", "region": "eu-west-1"}
+    assert where_written("eu", "eu-west-1", ["eu-west-1"]) == {
+        "cluster": "eu",
+        "region": "eu-west-1",
+        "allowed_regions": ["eu-west-1"],
+    }
+
+
+def test_a_size_its_writer_reported_is_what_egress_costs() -> None:
+    """The same inlet, written on ``us``: reported at 1000 GB its egress to any other member costs more than
+    reported at 1 GB (its extra's 9 GB replaced either way), and nothing on ``us`` itself."""
+    priced = [{**cluster, "prices": {"egress_gb": 0.1}} for cluster in SPEC["clusters"]]
+    federation = spec(clusters=priced)
+    snapshots = {c.name: helpers.snapshot(c.name) for c in federation.clusters}
+
+    def cost_raw(size: float) -> dict[str, float]:
+        written = WrittenEvent(cluster="us", size_gb=size)
+        inlet = asset_dataset("s3://s/f", "s3://s/f", {"fedsched": {"size_gb": 9}}, "inlet", "w", written)
+        decision = FederationEngine(federation).decide(
+            helpers.request(assets=[inlet]), snapshots, now=helpers.NOW
+        )
+        return {c.cluster: c.breakdown["Cost"].raw for c in decision.candidates}
+
+    small, large = cost_raw(1), cost_raw(1000)
+    assert large["us"] == small["us"]
+    assert large["eu"] > small["eu"] and large["eu2"] > small["eu2"]

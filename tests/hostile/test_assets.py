@@ -160,3 +160,119 @@ def test_a_glob_matching_nothing_and_an_unknown_asset_are_no_error(operator_clas
     )
     with pytest.raises(FederationError, match="no member cluster can be reached"):
         operator.prepare(None, hook)
+
+
+class Events:
+    """What a try's ``context["inlet_events"]`` answers: each inlet's latest event, with this ``extra``
+    (or an error when the API server cannot be read)."""
+
+    def __init__(self, extra: Any) -> None:
+        self.extra = extra
+
+    def __getitem__(self, inlet: Any) -> Events:
+        return self
+
+    def ascending(self, ascending: bool) -> Events:
+        return self
+
+    def limit(self, count: int) -> list[Events]:
+        if isinstance(self.extra, Exception):
+            raise self.extra
+        return [self]
+
+
+# (id, the inlet's latest event's extra, culprit): the writer's report is hostile input too
+EVENT_CASES: list[tuple[str, Any, list[str]]] = [
+    (
+        "event size_gb negative",
+        fedsched(cluster="eu-a", size_gb=-1),
+        ["inlets[0] (inlet 's3://x/a')", "latest asset event's extra.fedsched.size_gb", "-1"],
+    ),
+    ("event size_gb a string", fedsched(size_gb="big"), ["'s3://x/a'", "event's extra.fedsched.size_gb"]),
+    ("event size_gb a bool", fedsched(size_gb=True), ["'s3://x/a'", "event's extra.fedsched.size_gb"]),
+    (
+        "event allowed_regions a string",
+        fedsched(allowed_regions="eu-west-1"),
+        ["'s3://x/a'", "event's extra.fedsched.allowed_regions"],
+    ),
+    (
+        "event allowed_regions empty",
+        fedsched(allowed_regions=[]),
+        ["'s3://x/a'", "event's extra.fedsched.allowed_regions"],
+    ),
+    (
+        "event region a list",
+        fedsched(cluster="eu-a", region=["eu-west-1"]),
+        ["'s3://x/a'", "event's extra.fedsched.region"],
+    ),
+    (
+        "event region contradicts its cluster",
+        fedsched(cluster="eu-a", region="cn-east-1"),
+        [
+            "'s3://x/a'",
+            "event's extra.fedsched.region: 'cn-east-1' contradicts cluster 'eu-a', which is in 'eu-west-1'",
+        ],
+    ),
+    (
+        "event allowed region unknown",
+        fedsched(cluster="eu-a", allowed_regions=["mars-1"]),
+        ["'s3://x/a'", "latest asset event's extra.fedsched.allowed_regions[0]: unknown region 'mars-1'"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "culprits"), [c[1:] for c in EVENT_CASES], ids=[c[0] for c in EVENT_CASES])
+def test_a_bad_field_in_an_inlet_s_latest_event_is_a_federation_error_naming_it(
+    operator_class: Any, extra: Any, culprits: list[str]
+) -> None:
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.operators.arguments import FederationError
+
+    backend = MemoryStateBackend()
+    hook = FederationHook(SPEC, state=backend)
+    operator = operator_class(task_id="hostile", image="busybox", federation=SPEC, inlets=[Asset("s3://x/a")])
+    context = {"inlet_events": Events(extra)}
+    outcome = run_bounded(lambda: raised(lambda: operator.prepare(context, hook), FederationError))
+    for culprit in culprits:
+        check(*outcome, "raised", "FederationError", culprit)
+    assert backend.keys("") == []
+
+
+def test_an_inherited_rule_disjoint_from_the_spec_s_is_an_error_never_a_widening(operator_class: Any) -> None:
+    """EU data derived from China-only inputs: the two rules have no region in common; the task fails
+    naming both, before anything is reserved (neither rule is dropped)."""
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.operators.arguments import FederationError
+
+    backend = MemoryStateBackend()
+    hook = FederationHook(SPEC, state=backend)
+    operator = operator_class(
+        task_id="derived", image="busybox", federation=SPEC, inlets=[Asset("s3://eu-lake/customers/x")]
+    )
+    context = {"inlet_events": Events(fedsched(cluster="cn-a", allowed_regions=["cn-east-1"]))}
+    with pytest.raises(FederationError) as raised_error:
+        operator.prepare(context, hook)
+    assert (
+        "(inlet 's3://eu-lake/customers/x'): the rule it inherited from the data it was derived from "
+        "(allowed: cn-east-1) and spec dataset 'eu-customers' (allowed: eu-west-1) have no region in common"
+    ) in str(raised_error.value)
+    assert backend.keys("") == []
+
+
+def test_an_unreadable_event_fails_the_try_before_anything_is_reserved(operator_class: Any) -> None:
+    """The event may carry an inherited rule: placing without it could widen it. The try fails (one Airflow
+    may retry: not a FederationError), naming the inlet."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+    from airflow_provider_fedsched.operators.arguments import FederationError
+
+    backend = MemoryStateBackend()
+    hook = FederationHook(SPEC, state=backend)
+    operator = operator_class(task_id="unread", image="busybox", federation=SPEC, inlets=[Asset("s3://x/a")])
+    with pytest.raises(AirflowException) as raised_error:
+        operator.prepare({"inlet_events": Events(ConnectionError("API server gone"))}, hook)
+    assert not isinstance(raised_error.value, FederationError)
+    assert "inlets[0] (inlet 's3://x/a'): cannot read the latest event" in str(raised_error.value)
+    assert "API server gone" in str(raised_error.value)
+    assert backend.keys("") == []

@@ -372,6 +372,18 @@ function slicesTable(decision) {
     }))));
 }
 
+// Where the try's data was written (an inlet's latest asset event), its size and the rule it inherited.
+function dataTable(data) {
+  const none = (v) => (v === null || v === undefined ? "–" : v);
+  return el("div", { class: "table-wrap" }, el("table", { class: "data assets" },
+    el("thead", {}, el("tr", {}, ...["Asset", "Role", "Written on", "Region", "Size", "Inherited rule"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, data.map((a) => el("tr", {},
+      el("td", { class: "mono" }, a.uri), el("td", {}, a.role), el("td", {}, none(a.written_on)),
+      el("td", {}, none(a.written_region)),
+      el("td", { class: "num" }, a.written_size_gb === null || a.written_size_gb === undefined ? "–" : gigabytes(a.written_size_gb)),
+      el("td", {}, a.inherited_regions ? a.inherited_regions.join(", ") : "–"))))));
+}
+
 async function showDetail(row, key) {
   state.selected = key;
   const panel = document.getElementById("detail");
@@ -396,6 +408,7 @@ async function showDetail(row, key) {
       el("dt", {}, "Waited / failing over"), el("dd", {}, `${seconds(detail.waited_seconds)} / ${seconds(detail.failover_seconds)}`),
       el("dt", {}, "Task instance"), el("dd", {}, el("a", { href: detail.task_instance_url, target: "_top" }, "open in Airflow"))),
   ];
+  if (detail.data && detail.data.length) parts.push(el("h3", {}, "Data"), dataTable(detail.data));
   detail.decisions.forEach((d, i) => {
     parts.push(el("h3", {}, `Decision ${i + 1} of ${detail.decisions.length}: `,
       d.readable ? outcomeBadge(d.outcome) : "unreadable", d.cluster ? ` → ${d.cluster}` : ""));

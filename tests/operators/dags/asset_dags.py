@@ -75,3 +75,88 @@ lineage_dag(
     Asset(uri="s3://scratch/features/never-written", extra={"fedsched": {"size_gb": 300}}),
     write=False,
 )
+
+
+def acceptance_dag() -> None:
+    """``write`` writes a sovereign Asset (eu-customers: eu-west-1 only); ``read`` reads it, tempted
+    towards China; ``read_steered`` may only run on west-general or east-cpu and prefers east-cpu. Both
+    follow the data to west-general: never outside its region."""
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+    from tests.operators.dags.federated_dags import requests, sim
+
+    common: dict[str, Any] = {
+        "image": "busybox:1.36",
+        "cmds": ["sh", "-c", "true"],
+        "unschedulable_grace_seconds": 0,
+        "container_resources": requests(),
+        "annotations": sim(),
+    }
+    with DAG("fed_asset_acceptance", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+        write = FederatedKubernetesOperator(task_id="write", outlets=[EU_SCORES], **common)
+        read = FederatedKubernetesOperator(
+            task_id="read", inlets=[EU_SCORES], prefer_region="cn-east-1", **common
+        )
+        steered = FederatedKubernetesOperator(
+            task_id="read_steered",
+            inlets=[EU_SCORES],
+            clusters=["west-general", "east-cpu"],
+            prefer_region="cn-east-1",
+            **common,
+        )
+        write >> [read, steered]
+
+
+EU_SCORES = Asset(uri="s3://eu-lake/customers/derived/scores", extra={"fedsched": {"size_gb": 300}})
+"""eu-customers by the spec's glob (eu-west-1 only), written by ``fed_asset_acceptance``'s ``write``."""
+acceptance_dag()
+# Its reader allowed only members outside eu-west-1: no member may run it; it fails, nothing created.
+federated_dag("fed_asset_acceptance_excluded", inlets=[EU_SCORES], clusters=["east-cpu", "north-gpu"])
+
+
+def derived_dag(dag_id: str, *, deferrable: bool) -> None:
+    """``derive`` reads EU customers and writes a report no spec entry names, reporting its size from the
+    pod; ``read`` reads the report, tempted towards China: the report inherits its input's rule (eu-west-1)
+    and its reported size pulls locality to where it was written."""
+    import json
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+    from tests.operators.dags.federated_dags import requests, sim
+
+    common: dict[str, Any] = {
+        "image": "busybox:1.36",
+        "cmds": ["sh", "-c", "true"],
+        "unschedulable_grace_seconds": 0,
+        "container_resources": requests(),
+    }
+    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+        (
+            FederatedKubernetesOperator(
+                task_id="derive",
+                inlets=[CUSTOMERS],
+                outlets=[DERIVED_REPORT],
+                do_xcom_push=True,
+                deferrable=deferrable,
+                annotations=sim(xcom=json.dumps({"fedsched_size_gb": 120, "rows": 10})),
+                **common,
+            )
+            >> FederatedKubernetesOperator(
+                task_id="read",
+                inlets=[DERIVED_REPORT],
+                prefer_region="cn-east-1",
+                annotations=sim(),
+                **common,
+            )
+        )
+
+
+DERIVED_REPORT = Asset(uri="s3://scratch/reports/customer-summary")
+"""No spec entry names it and its extra says nothing: its rule is only what it inherits."""
+derived_dag("fed_asset_derived", deferrable=False)
+derived_dag("fed_asset_derived_deferrable", deferrable=True)  # the size read after the pod trigger fires
