@@ -207,6 +207,16 @@ def airflow_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
                 120,
                 processes,
             )
+            # The execution API (Cadwyn) builds its versioned routes on its first request, in the API
+            # server's event loop: 4 s of CPU, a minute on a loaded 2-core machine, during which the
+            # server answers nothing. Were that first request a task's start (5 s timeout, 5 tries), the
+            # task would fail before it ran. The deployment is ready once the execution API answers.
+            wait_for(
+                "the execution API",
+                lambda: api.get("/execution/health", token=False)[0] == 200,
+                120,
+                processes,
+            )
             status, body = api.request(
                 "POST", "/auth/token", {"username": ADMIN[0], "password": ADMIN[1]}, token=False
             )
