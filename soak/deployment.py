@@ -382,6 +382,15 @@ class Airflow:
             timeout,
             self.check_alive,
         )
+        # The execution API builds its versioned routes on its first request, in the API server's event
+        # loop (seconds of CPU, a minute at load 25): asked first by a task's start, whose tries (5 s each)
+        # ran out, it failed a task that never ran (tests/plugins/test_ui_e2e.py).
+        wait_for(
+            "the execution API",
+            lambda: self.api.request("GET", "/execution/health", auth=False)[0] == 200,
+            timeout,
+            self.check_alive,
+        )
         self.api.login()
         wait_for(
             "the DAG to be parsed",
