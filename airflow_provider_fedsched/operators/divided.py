@@ -93,6 +93,13 @@ def succeeded_indices(view: GangView, indices: tuple[int, ...]) -> set[int]:
     return {indices[position] for position in local if position < len(indices)}
 
 
+def _started_and_running(pod: dict[str, Any]) -> bool:
+    """A pod bound to a node that has not ended (being deleted or not): its container may be running the
+    work, and may still end Succeeded."""
+    status, spec = pod.get("status") or {}, pod.get("spec") or {}
+    return bool(spec.get("nodeName")) and status.get("phase") not in ("Succeeded", "Failed")
+
+
 def slice_pods(view: GangView | None, indices: tuple[int, ...]) -> str:
     """Where a slice's pods ran and how they ended, as ``view`` (its last read) showed them, by global
     index: ``on node-1: 0-4 Succeeded; on node-2: 5-7 Succeeded, 8 Running; 9 no pod``."""
@@ -661,7 +668,7 @@ class DividedRun:
             annotated = (metadata.get("annotations") or {}).get(INDICES_ANNOTATION)
             indices = self._indices_of(annotated) if annotated else tuple(range(self.completions))
             manager = self._manager(cluster)
-            view = manager.read(metadata["namespace"], metadata["name"])
+            view = self._once_started_pods_end(manager, cluster, metadata)
             succeeded = succeeded_indices(view, indices)
             removal = manager.remove(metadata["namespace"], metadata["name"], within=GONE_TIMEOUT)
             if removal.complete:
@@ -680,6 +687,28 @@ class DividedRun:
                     f"job {metadata['name']} of an earlier try is not confirmed stopped in {cluster} within "
                     f"{GONE_TIMEOUT:g}s: its indices may still run, so none is started again"
                 )
+
+    def _once_started_pods_end(self, manager: JobManager, cluster: str, metadata: Any) -> GangView:
+        """The earlier slice's Job once none of its pods that started (bound to a node) is still running:
+        deleting one might end an index that then succeeds before it goes (the test bed's kwok ended pods
+        Succeeded as their API server answered again, after the read and before the deletion: the index ran
+        twice). Its pods are waited for, as an earlier try's pod is adopted; the try's timeout bounds it."""
+        namespace, name = metadata["namespace"], metadata["name"]
+        view = manager.read(namespace, name)
+        logged = False
+        while any(_started_and_running(pod) for pod in view.pods):
+            if not logged:
+                self.op.log.info(
+                    "Job %s of an earlier try in %s still runs pods: waiting for them to end before taking "
+                    "its indices (an index is never started twice)",
+                    name,
+                    cluster,
+                )
+                logged = True
+            self._check_killed()
+            time.sleep(float(self.op.job_poll_interval))
+            view = manager.read(namespace, name)
+        return view
 
     def _indices_of(self, ranges: str) -> tuple[int, ...]:
         try:

@@ -46,3 +46,21 @@ def test_indices_whose_pods_are_gone_are_told_from_the_job_s_completed_indexes()
 
     assert slice_pods(view, (0, 1, 2, 3, 4)) == "on node-a: 3 Running; 0-2,4 Succeeded (pods gone)"
     assert slice_pods(None, (0, 1)) == "never read"
+
+
+def test_a_pod_bound_to_a_node_that_has_not_ended_is_waited_for_before_its_slice_is_taken() -> None:
+    """A retry deletes an earlier slice's Job only once no pod of it that started is still running: a pod
+    deleted while it runs may end Succeeded before it goes (kwok did, on the test bed), and its index
+    would run twice."""
+    from airflow_provider_fedsched.operators.divided import _started_and_running
+
+    def pod(phase: str, node: str | None, deleting: bool = False) -> dict[str, object]:
+        metadata = {"deletionTimestamp": "2026-12-04T21:00:00Z"} if deleting else {}
+        return {"metadata": metadata, "spec": {"nodeName": node} if node else {}, "status": {"phase": phase}}
+
+    assert _started_and_running(pod("Running", "n1"))
+    assert _started_and_running(pod("Pending", "n1"))  # bound: its containers are being started
+    assert _started_and_running(pod("Running", "n1", deleting=True))  # may still end Succeeded
+    assert not _started_and_running(pod("Pending", None))  # never started: deleting it runs nothing
+    assert not _started_and_running(pod("Succeeded", "n1"))
+    assert not _started_and_running(pod("Failed", "n1"))
