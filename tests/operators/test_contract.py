@@ -121,7 +121,7 @@ def creates(sim_federation: SimFederation) -> Iterator[Callable[[], int]]:
 
 
 def sweep_orphans() -> None:
-    """The next snapshot of a cluster that answers again deletes the pods written down as orphans."""
+    """The next snapshot of a cluster that answers again deletes the pods and Jobs written down as orphans."""
     FederationHook().collect()
 
 
