@@ -331,3 +331,35 @@ def test_the_snapshot_file_carries_gpu_devices_and_the_workload(decision_path: s
     document["clusters"][0]["workload"][0]["count"] = 0
     with pytest.raises(SpecError, match=r"clusters\[0\]\.workload\[0\]\.count: "):
         load_snapshots(document)
+
+
+def test_a_decision_with_nothing_to_measure_does_not_load_numpy(decision_path: str) -> None:
+    """A fresh worker deciding a cpu task over a few clusters without GPUs (below the columnar index's
+    size) imports no numpy: the Fragmentation score builds the task's shape only for a cluster it
+    measures (a fresh task process paid numpy's import inside its time to a running pod). The columnar
+    index, whose columns are numpy arrays, does load it."""
+    import subprocess
+    import sys
+
+    columnar = decision_path == "columnar"
+    code = """
+import sys
+from airflow_provider_fedsched.federation import engine
+engine.COLUMNAR_MIN_CLUSTERS = 0 if ON_THE_COLUMNAR_PATH else engine.COLUMNAR_MIN_CLUSTERS
+from airflow_provider_fedsched.federation import (
+    ClusterSnapshot, FederationEngine, NodeSnapshot, parse_resource_list)
+from tests.federation.helpers import NOW, cluster, request, spec
+
+names = ("a", "b", "c")
+snapshots = {
+    name: ClusterSnapshot(cluster=name, observed_at=NOW, nodes=[NodeSnapshot(
+        name=f"{name}-0", allocatable=parse_resource_list({"cpu": "8", "memory": "8Gi"}))])
+    for name in names
+}
+decision = FederationEngine(spec([cluster(n) for n in names])).decide(request(), snapshots, now=NOW)
+assert decision.placed, decision.reason
+print("numpy" in sys.modules)
+"""
+    code = code.replace("ON_THE_COLUMNAR_PATH", str(columnar))
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == str(columnar), found.stderr

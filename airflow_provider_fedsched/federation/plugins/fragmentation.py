@@ -76,15 +76,19 @@ def request_shape(resources: Mapping[str, int]) -> TaskShape:
     devices`` each)."""
     from airflow_provider_fedsched.federation.fragmentation import TaskShape
 
-    cpu = resources.get(CPU, 0)
-    whole = resources.get(GPU, 0)
-    if whole:
-        return TaskShape(cpu, whole, _MILLI)
-    milli = resources.get(GPU_MILLI, 0)
-    if not milli:
+    cpu, devices = resources.get(CPU, 0), _gpu_devices(resources)
+    if not devices:
         return TaskShape(cpu)
-    devices = math.ceil(milli / _MILLI)
-    return TaskShape(cpu, devices, milli // devices)
+    if resources.get(GPU, 0):
+        return TaskShape(cpu, devices, _MILLI)
+    return TaskShape(cpu, devices, resources.get(GPU_MILLI, 0) // devices)
+
+
+def _gpu_devices(resources: Mapping[str, int]) -> int:
+    """The GPU devices a request takes (:func:`request_shape`'s ``gpus``), without building its shape:
+    that needs :mod:`federation.fragmentation`, and with it numpy, which a decision with nothing to
+    measure never loads."""
+    return resources.get(GPU, 0) or math.ceil(resources.get(GPU_MILLI, 0) / _MILLI)
 
 
 @dataclass(slots=True)
@@ -341,17 +345,13 @@ def _charge(entry: _Synced, pod: ResourceList) -> None:
         entry.view.place(node, shape, memory, device)
 
 
-def _measurable(name: str, snapshot: ClusterSnapshot, index: ClusterIndex | None, shape: TaskShape) -> bool:
+def _measurable(name: str, snapshot: ClusterSnapshot, index: ClusterIndex | None, gpus: int) -> bool:
     """Something to measure: the snapshot tells the cluster's GPU devices (nodes allocate
     ``nvidia.com/gpu``, whole devices, or report ``gpus``), and the task asks for GPUs or the snapshot
     reports a workload its cpu could get in the way of. Otherwise (no GPUs, only ``fedsched.io/gpu-milli``
     totals, or a task without GPU measured against its own shape, which uses no GPU) the score is neutral,
     and no numpy is loaded for it."""
-    return (
-        bool(snapshot.nodes)
-        and bool(shape.gpus or snapshot.workload)
-        and _tells_devices(name, snapshot, index)
-    )
+    return bool(snapshot.nodes) and bool(gpus or snapshot.workload) and _tells_devices(name, snapshot, index)
 
 
 def _tells_devices(name: str, snapshot: ClusterSnapshot, index: ClusterIndex | None) -> bool:
@@ -394,12 +394,21 @@ def _flags(columns: FederationColumns) -> tuple[Bools, Bools]:
 
 @dataclass(slots=True)
 class _FragmentationData:
-    shape: TaskShape | None
-    """None: nothing to score (a gang)."""
+    resources: Mapping[str, int] | None
+    """The request's; None: nothing to score (a gang)."""
+    gpus: int
     memory: int
     selector: tuple[tuple[str, str], ...]
     tolerations: tuple[Toleration, ...]
     hints: dict[str, str] = field(default_factory=dict)
+    built: TaskShape | None = None
+
+    def shape(self) -> TaskShape:
+        """The request's shape, built when a cluster first has something to measure."""
+        if self.built is None:
+            assert self.resources is not None
+            self.built = request_shape(self.resources)
+        return self.built
 
 
 _DATA = DataKey[_FragmentationData]("Fragmentation")
@@ -410,11 +419,11 @@ class Fragmentation(ScorePlugin):
 
     def prepare(self, state: CycleState) -> None:
         request = state.request
-        shape = None if request.gang else request_shape(request.resources)
         _DATA.put(
             state,
             _FragmentationData(
-                shape,
+                None if request.gang else request.resources,
+                _gpu_devices(request.resources),
                 request.resources.get(MEMORY, 0),
                 tuple(sorted(request.node_selector.items())),
                 tuple(request.tolerations),
@@ -423,12 +432,13 @@ class Fragmentation(ScorePlugin):
 
     def score(self, state: CycleState, cluster: ClusterView) -> float:
         data: _FragmentationData = state.data[_DATA.name]
-        shape, snapshot = data.shape, cluster.snapshot
-        if shape is None or snapshot is None:
+        snapshot = cluster.snapshot
+        if data.resources is None or snapshot is None:
             return NEUTRAL
         with _LOCK:
-            if not _measurable(cluster.spec.name, snapshot, cluster.index, shape):
+            if not _measurable(cluster.spec.name, snapshot, cluster.index, data.gpus):
                 return NEUTRAL
+            shape = data.shape()
             entry = _synced(cluster, snapshot, shape)
             key = (shape, data.memory, data.selector, data.tolerations)
             if key in entry.best:
@@ -452,11 +462,10 @@ class Fragmentation(ScorePlugin):
 
         data: _FragmentationData = state.data[_DATA.name]
         raw = np.full(len(positions), NEUTRAL, np.float64)
-        shape = data.shape
-        if shape is None:
+        if data.resources is None:
             return raw
         devices, workload = _flags(batch.columns)
-        measured = devices[positions] if shape.gpus else devices[positions] & workload[positions]
+        measured = devices[positions] if data.gpus else devices[positions] & workload[positions]
         for i in np.flatnonzero(measured).tolist():
             raw[i] = self.score(state, batch.view(int(positions[i])))
         return raw
