@@ -3,11 +3,13 @@ with the ``assets`` patterns ``tests/operators/test_assets.py`` adds to its spec
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from datetime import datetime
 
-from airflow.sdk import Asset
+from airflow.sdk import DAG, Asset
 
-from tests.operators.dags.federated_dags import federated_dag
+from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+from tests.operators.dags.federated_dags import federated_dag, pod_args, sim
 
 CUSTOMERS = Asset(uri="s3://eu-lake/customers/2026.parquet", name="customers-2026")
 """eu-customers by the spec's glob: eu-west-1 only."""
@@ -39,26 +41,12 @@ federated_dag(
 def lineage_dag(dag_id: str, features: Asset, *, write: bool) -> None:
     """``write`` (pinned to west-general) writes ``features``; ``read`` reads it, placed where it was
     written. Without ``write``, ``read`` has no event to follow."""
-    from datetime import datetime
-
-    from airflow.sdk import DAG
-
-    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
-    from tests.operators.dags.federated_dags import requests, sim
-
-    common: dict[str, Any] = {
-        "image": "busybox:1.36",
-        "cmds": ["sh", "-c", "true"],
-        "unschedulable_grace_seconds": 0,
-        "container_resources": requests(),
-        "annotations": sim(),
-    }
     with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
-        read = FederatedKubernetesOperator(task_id="read", inlets=[features], **common)
+        read = FederatedKubernetesOperator(task_id="read", inlets=[features], **pod_args())
         if write:
             (
                 FederatedKubernetesOperator(
-                    task_id="write", outlets=[features], clusters=["west-general"], **common
+                    task_id="write", outlets=[features], clusters=["west-general"], **pod_args()
                 )
                 >> read
             )
@@ -81,31 +69,15 @@ def acceptance_dag() -> None:
     """``write`` writes a sovereign Asset (eu-customers: eu-west-1 only); ``read`` reads it, tempted
     towards China; ``read_steered`` may only run on west-general or east-cpu and prefers east-cpu. Both
     follow the data to west-general: never outside its region."""
-    from datetime import datetime
-
-    from airflow.sdk import DAG
-
-    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
-    from tests.operators.dags.federated_dags import requests, sim
-
-    common: dict[str, Any] = {
-        "image": "busybox:1.36",
-        "cmds": ["sh", "-c", "true"],
-        "unschedulable_grace_seconds": 0,
-        "container_resources": requests(),
-        "annotations": sim(),
-    }
     with DAG("fed_asset_acceptance", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
-        write = FederatedKubernetesOperator(task_id="write", outlets=[EU_SCORES], **common)
+        write = FederatedKubernetesOperator(task_id="write", outlets=[EU_SCORES], **pod_args())
         read = FederatedKubernetesOperator(
-            task_id="read", inlets=[EU_SCORES], prefer_region="cn-east-1", **common
+            task_id="read", inlets=[EU_SCORES], **pod_args(prefer_region="cn-east-1")
         )
         steered = FederatedKubernetesOperator(
             task_id="read_steered",
             inlets=[EU_SCORES],
-            clusters=["west-general", "east-cpu"],
-            prefer_region="cn-east-1",
-            **common,
+            **pod_args(clusters=["west-general", "east-cpu"], prefer_region="cn-east-1"),
         )
         write >> [read, steered]
 
@@ -121,37 +93,20 @@ def derived_dag(dag_id: str, *, deferrable: bool) -> None:
     """``derive`` reads EU customers and writes a report no spec entry names, reporting its size from the
     pod; ``read`` reads the report, tempted towards China: the report inherits its input's rule (eu-west-1)
     and its reported size pulls locality to where it was written."""
-    import json
-    from datetime import datetime
-
-    from airflow.sdk import DAG
-
-    from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
-    from tests.operators.dags.federated_dags import requests, sim
-
-    common: dict[str, Any] = {
-        "image": "busybox:1.36",
-        "cmds": ["sh", "-c", "true"],
-        "unschedulable_grace_seconds": 0,
-        "container_resources": requests(),
-    }
     with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
         (
             FederatedKubernetesOperator(
                 task_id="derive",
                 inlets=[CUSTOMERS],
                 outlets=[DERIVED_REPORT],
-                do_xcom_push=True,
-                deferrable=deferrable,
-                annotations=sim(xcom=json.dumps({"fedsched_size_gb": 120, "rows": 10})),
-                **common,
+                **pod_args(
+                    do_xcom_push=True,
+                    deferrable=deferrable,
+                    annotations=sim(xcom=json.dumps({"fedsched_size_gb": 120, "rows": 10})),
+                ),
             )
             >> FederatedKubernetesOperator(
-                task_id="read",
-                inlets=[DERIVED_REPORT],
-                prefer_region="cn-east-1",
-                annotations=sim(),
-                **common,
+                task_id="read", inlets=[DERIVED_REPORT], **pod_args(prefer_region="cn-east-1")
             )
         )
 

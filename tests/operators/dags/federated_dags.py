@@ -32,24 +32,26 @@ def sim(
     return {**annotations, **{f"sim.fedsched.io/{k.replace('_', '-')}": v for k, v in extra.items()}}
 
 
+def pod_args(**extra: Any) -> dict[str, Any]:
+    """What the test DAGs' tasks share (a pod of 2 cpu / 4 Gi that exits 0 at once on the simulator, no
+    grace for Unschedulable), with ``extra`` added or overriding."""
+    return {
+        "image": "busybox:1.36",
+        "cmds": ["sh", "-c", "true"],
+        "unschedulable_grace_seconds": 0,
+        "container_resources": requests(),
+        "annotations": sim(),
+        **extra,
+    }
+
+
 def federated_dag(
     dag_id: str,
     operator: type[FederatedKubernetesOperator] = FederatedKubernetesOperator,
     **operator_args: Any,
 ) -> DAG:
     with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False) as dag:
-        operator(
-            task_id="work",
-            image="busybox:1.36",
-            cmds=["sh", "-c", "true"],
-            get_logs=True,
-            **{
-                "unschedulable_grace_seconds": 0,
-                "container_resources": requests(),
-                "annotations": sim(),
-                **operator_args,
-            },
-        )
+        operator(task_id="work", **pod_args(get_logs=True, **operator_args))
     return dag
 
 
