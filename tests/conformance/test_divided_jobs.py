@@ -59,14 +59,13 @@ def test_a_member_whose_api_server_hangs_past_the_grace_has_its_slice_fenced_and
         apiserver.pause()
         stopped.append(True)
 
-    jobs, stop = divided._watch_slices(sim_federation, dag_id, background)
-    background(stop_once_east_runs_its_slice)
-    try:
-        state, record = divided.run(dag_id)
-    finally:
-        if apiserver.paused():
-            apiserver.resume()
-        stop.set()
+    with divided.watching_slices(sim_federation, dag_id, background) as jobs:
+        background(stop_once_east_runs_its_slice)
+        try:
+            state, record = divided.run(dag_id)
+        finally:
+            if apiserver.paused():
+                apiserver.resume()
 
     assert stopped, "east-cpu's slice never ran"
     assert state == "failed" and record is not None

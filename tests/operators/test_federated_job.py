@@ -3,6 +3,7 @@ the simulated federation's Job controller. A gang runs whole in one cluster or m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -748,11 +749,8 @@ def test_a_divided_job_runs_each_index_exactly_once_in_slices_that_follow_the_ro
     pods_ran: Callable[[Any], dict[str, list[dict[str, Any]]]],
 ) -> None:
     dag_id = "divided_by_room"
-    jobs, stop = _watch_slices(sim_federation, dag_id, background)
-    try:
+    with watching_slices(sim_federation, dag_id, background) as jobs:
         state, record = run(dag_id)
-    finally:
-        stop.set()
 
     assert state == "success" and record is not None
     assert record["outcome"] == "succeeded"
@@ -800,11 +798,8 @@ def test_a_sovereign_divided_job_never_places_a_slice_outside_its_regions(
     room, gets no slice; the 20 indices beyond east's and north's room wait and are dealt there as room
     frees."""
     dag_id = "divided_sovereign"
-    jobs, stop = _watch_slices(sim_federation, dag_id, background)
-    try:
+    with watching_slices(sim_federation, dag_id, background) as jobs:
         state, record = run(dag_id)
-    finally:
-        stop.set()
 
     assert state == "success" and record is not None
     assert {a["cluster"] for a in record["attempts"]} == {"east-cpu", "north-gpu"}
@@ -851,16 +846,21 @@ def _runs_by_index(
     return ran
 
 
-def _watch_slices(
+@contextlib.contextmanager
+def watching_slices(
     fed: SimFederation, dag_id: str, background: Callable[[Callable[[], None]], None]
-) -> tuple[dict[tuple[str, str], str], Any]:
+) -> Iterator[dict[tuple[str, str], str]]:
+    """(cluster, Job name) -> the indices of each slice's Job of ``dag_id`` seen while the block runs."""
     import threading
 
     jobs: dict[tuple[str, str], str] = {}
     stop = threading.Event()
     for cluster, handle in fed.handles.items():  # one reader a member: a hanging one holds up no other
         background(lambda c=cluster, h=handle: _slice_jobs(c, h, dag_id, jobs, stop))
-    return jobs, stop
+    try:
+        yield jobs
+    finally:
+        stop.set()
 
 
 def _divided_pods(fed: SimFederation, dag_id: str, phase: str) -> int:
@@ -945,11 +945,8 @@ def test_a_refused_divided_slice_has_its_job_deleted_and_only_its_unfinished_ind
     pods_ran: Callable[[Any], dict[str, list[dict[str, Any]]]],
 ) -> None:
     dag_id = "divided_member_refuses"
-    jobs, stop = _watch_slices(sim_federation, dag_id, background)
-    try:
+    with watching_slices(sim_federation, dag_id, background) as jobs:
         state, record = run(dag_id)
-    finally:
-        stop.set()
 
     assert state == "success" and record is not None
     first = [(a["cluster"], a["indices"], a["outcome"]) for a in record["attempts"][:3]]
@@ -987,12 +984,11 @@ def test_a_divided_slice_whose_member_is_silent_within_the_grace_runs_on_each_in
     pods_ran: Callable[[Any], dict[str, list[dict[str, Any]]]],
 ) -> None:
     dag_id = "divided_outage_short"
-    jobs, stop = _watch_slices(sim_federation, dag_id, background)
-    try:
-        with Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=2) as outage:
-            state, record = run(dag_id)
-    finally:
-        stop.set()
+    with (
+        watching_slices(sim_federation, dag_id, background) as jobs,
+        Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=2) as outage,
+    ):
+        state, record = run(dag_id)
 
     assert outage.down_at is not None  # east-cpu was silent while its slice ran
     assert state == "success" and record is not None
@@ -1048,12 +1044,11 @@ def test_a_divided_slice_whose_pods_a_quota_refuses_runs_elsewhere_each_index_on
     FederationHook().collect()
     east = sim_federation["east-cpu"]
     east.set_quota("default", {"requests.cpu": "500m"}, name="tight")
-    jobs, stop = _watch_slices(sim_federation, dag_id, background)
-    try:
-        state, record = run(dag_id)
-    finally:
-        stop.set()
-        east.set_quota("default", {"requests.cpu": "1000"}, name="tight")
+    with watching_slices(sim_federation, dag_id, background) as jobs:
+        try:
+            state, record = run(dag_id)
+        finally:
+            east.set_quota("default", {"requests.cpu": "1000"}, name="tight")
 
     assert state == "success" and record is not None
     refused = next(a for a in record["attempts"] if a["cluster"] == "east-cpu")
@@ -1098,13 +1093,12 @@ def test_a_divided_retry_never_runs_again_an_index_an_earlier_try_saw_succeed(
             east.faults.up()
 
     outage_trigger.BEFORE_LOOKING_FOR_EARLIER = before_looking
-    jobs, stop = _watch_slices(sim_federation, dag_id, background)
-    try:
-        with outage:
-            dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
-    finally:
-        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
-        stop.set()
+    with watching_slices(sim_federation, dag_id, background) as jobs:
+        try:
+            with outage:
+                dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
+        finally:
+            outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
     assert tries == [1, 2]
     state = airflow_harness.task_states(dag_run)["work"]
     raw = xcom(dag_run, "fedsched_placement")
