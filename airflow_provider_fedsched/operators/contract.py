@@ -208,6 +208,11 @@ class Contract(EarlierTries):
         when the try must fail, or ClusterLeft after the pod is gone and the cluster left; None when the
         pod had Succeeded before its cluster stopped answering (the try succeeds, its work is not re-run)."""
         failure = self._judge(attempt, exc)
+        if failure is None and airflow_failed(exc) and not self.do_xcom_push:
+            seen = self.pod_manager.observe(attempt.namespace, attempt.pod, events=False)
+            if seen.phase == "Succeeded":
+                self._done_while_airflow_failed(context, attempt, exc)
+                return None
         if failure is None:
             self._finish(context, attempt, "failed", short_error(exc))
             self._make_sure_gone(attempt)
@@ -239,6 +244,22 @@ class Contract(EarlierTries):
                 return FederationError(reason)
         self._leave(context, attempt, failure)
         return ClusterLeft(failure)
+
+    def _done_while_airflow_failed(self, context: Any, attempt: Attempt, exc: BaseException) -> None:
+        """Airflow's own API failed a step of the try (a metadata database restarting: KubernetesPodOperator's
+        XCom push of the pod's name answered 500) while the pod ran, and a fresh read shows the pod
+        Succeeded: the work is done, so the try succeeds. Its success is written down before the pod goes
+        (should Airflow still fail, the error is raised with the pod left in place, and the retry adopts it);
+        the full test-bed soak's ``sync_resumable[22]``: its Succeeded pod was deleted as "left after the
+        task failed", and the retry ran the work a second time."""
+        reason = f"pod {attempt.pod} Succeeded while Airflow failed a step of the try ({short_error(exc)})"
+        self.log.warning("%s: its work is done, the try succeeds", reason)
+        self._finish(context, attempt, "succeeded", reason)
+        deletes = (OnFinishAction.DELETE_POD, OnFinishAction.DELETE_SUCCEEDED_POD)
+        if self.on_finish_action in deletes and not self.pod_manager.remove(
+            attempt.namespace, attempt.pod, within=GONE_TIMEOUT
+        ):
+            self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
 
     def _make_sure_gone(self, attempt: Attempt) -> None:
         """The try fails with the task's own failure: its pod goes with it, as ``on_finish_action`` says,
@@ -473,6 +494,14 @@ class Contract(EarlierTries):
         records.end_try(self._record, "failed", reason)
         self._save(context)
         return FederationError(reason)
+
+
+def airflow_failed(exc: BaseException) -> bool:
+    """Whether Airflow's own API failed the try's step (the Task SDK's error for an API server that answered
+    with an error or not at all), not the pod or its cluster."""
+    from airflow.sdk.exceptions import AirflowRuntimeError
+
+    return any(isinstance(e, AirflowRuntimeError) for e in chain(exc))
 
 
 def short_error(exc: BaseException) -> str:

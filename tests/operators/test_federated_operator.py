@@ -846,3 +846,25 @@ def test_on_kill_after_the_pod_succeeded_records_the_success_then_deletes_it(
     assert (attempt.outcome, operator.placement.outcome) == ("succeeded", "succeeded")
     assert "never run again" in operator.placement.reason
     assert FederationHook().orphans("north-gpu") == []  # written down first, taken off once gone
+
+
+def test_a_pod_that_succeeded_while_airflow_failed_the_try_is_a_success_not_run_again(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """The full test-bed soak's ``sync_resumable[22]``: the metadata database restarted just after the
+    create, so KubernetesPodOperator's XCom push of the pod's name answered 500 (after the Task SDK's
+    retries) while the pod ran to Succeeded. The operator took the error for the task's own failure,
+    deleted the pod ("left after the task failed") and failed the try; the retry ran the work again. A
+    fresh read shows the pod Succeeded: its work is done and the try succeeds. One pod, ever; none left."""
+    dag_id = "fed_airflow_fails_while_pod_runs"
+    before = pod_creates(sim_federation)
+    state, record, _ = run(dag_id)
+
+    assert state == "success" and record is not None
+    assert record["try_number"] == 1 and path(record) == [(record["attempts"][0]["cluster"], "succeeded")]
+    assert (
+        "Succeeded while Airflow failed a step of the try (API_SERVER_ERROR"
+        in record["attempts"][0]["reason"]
+    )
+    assert pod_creates(sim_federation) - before == 1
+    assert pods_of(sim_federation, dag_id) == []

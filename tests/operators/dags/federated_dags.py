@@ -381,3 +381,50 @@ federated_dag(
     wait_timeout=120,
     annotations=sim(duration=1, logs=["work done"]),
 )
+
+
+class _AirflowFailsWhilePodRunsOperator(FederatedKubernetesOperator):
+    """Airflow's API fails KubernetesPodOperator's XCom push of the pod's name, its first call to Airflow
+    after the create, as it did while the full test-bed soak restarted the metadata database
+    (``sync_resumable[22]``): in try 1, the push answers 500 once the pod has run to Succeeded (the Task SDK
+    retried meanwhile)."""
+
+    def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Any) -> k8s.V1Pod:
+        from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+        from airflow.sdk.execution_time.comms import ErrorResponse
+
+        from airflow_provider_fedsched.sim import wait_for
+
+        pod = super().get_or_create_pod(pod_request_obj, context)
+        ti = context["ti"]
+        if ti.try_number != 1:
+            return pod  # the database is back
+        push = ti.xcom_push
+
+        def failing_push(key: str, value: Any, **kwargs: Any) -> Any:
+            if key != "pod_name":
+                return push(key, value, **kwargs)
+            vars(ti).pop("xcom_push")  # once
+            wait_for(
+                lambda: (
+                    self.pod_manager.observe(pod.metadata.namespace, pod.metadata.name).phase == "Succeeded"
+                )
+            )
+            detail = {"status_code": 500, "message": "Server returned error", "detail": "Database error"}
+            raise AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail=detail))
+
+        object.__setattr__(ti, "xcom_push", failing_push)  # a pydantic model: its own setattr refuses
+        return pod
+
+
+# Its pod runs to Succeeded while Airflow's API fails the try (test_federated_operator.py); one retry, which
+# must not run the work again.
+with DAG("fed_airflow_fails_while_pod_runs", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    _AirflowFailsWhilePodRunsOperator(
+        task_id="work",
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        **pod_args(annotations=sim(duration=2, logs=["work done"])),
+    )
