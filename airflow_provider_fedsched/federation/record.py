@@ -114,6 +114,12 @@ class PlacementRecord(BaseModel):
     left_by_earlier_try: Attempt | None = None
     """An earlier try's attempt whose pod may still run in a cluster that did not answer this try, which
     therefore started nothing: kept so that the next try waits for that cluster too."""
+    left_by_earlier_tries: list[Attempt] = Field(default_factory=list, max_length=64)
+    """The earlier tries' attempts whose pods were left where nobody read their end (``running``: a try
+    that died; ``lost``, ``unreachable``: a silent cluster), carried from try to try: a snapshot that
+    deletes such a pod writes down that it Succeeded, and this try takes that success instead of starting
+    the work again, however long it waits and defers before it launches (the earlier record is gone from
+    the task's state once this try saves its own)."""
     unsearched: list[str] = Field(default_factory=list)
     """Members that did not answer when this try looked for an earlier try's pods: looked at again before
     each launch, so a pod that finished or still runs there is adopted, never run a second time."""

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 GONE_TIMEOUT = 60.0
 """Seconds to confirm that a left cluster's pod is gone before the next cluster is tried."""
+LEFT_UNREAD = ("unreachable", "lost", "running")
+"""Outcomes of attempts whose pods were left where nobody read their end (see ``_left_pod_succeeded``)."""
 
 
 class EarlierTries(KubernetesPodOperator):
@@ -77,11 +79,8 @@ class EarlierTries(KubernetesPodOperator):
         if self.do_xcom_push:
             return False
         orphans = self.federation_hook.state.orphans
-        tries = [r for r in (self._record, self._earlier) if r is not None]
-        # "running": a dead earlier try's pod, fenced by this try when its cluster did not answer.
-        left = ("unreachable", "lost", "running")
         kind = self.earlier_kind
-        for attempt in (a for r in tries for a in r.known_attempts if a.outcome in left):
+        for attempt in self._left_unread():
             if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod, kind):
                 ended = "Succeeded" if kind == "pod" else "completed"
                 reason = (
@@ -92,6 +91,25 @@ class EarlierTries(KubernetesPodOperator):
                 orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod, kind)
                 return True
         return False
+
+    def _left_unread(self) -> list[Attempt]:
+        """The attempts of this try and the earlier ones whose pods were left where nobody read their end:
+        "running" (a dead earlier try's pod, or one fenced by this try when its cluster did not answer),
+        "lost", "unreachable"."""
+        record, earlier = self._record, self._earlier
+        found = [*record.known_attempts, *record.left_by_earlier_tries]
+        if earlier is not None:
+            found += [*earlier.known_attempts, *earlier.left_by_earlier_tries]
+        return [a for a in found if a.outcome in LEFT_UNREAD]
+
+    def _hand_on_earlier(self) -> None:
+        """A new try keeps what the earlier one left unread (its record is replaced by this try's own)."""
+        earlier = self._earlier
+        if earlier is None or self._record.left_by_earlier_tries:
+            return
+        left = [*earlier.left_by_earlier_tries, *earlier.known_attempts]
+        unique = {(a.cluster, a.namespace, a.pod): a for a in left if a.outcome in LEFT_UNREAD}
+        self._record.left_by_earlier_tries = list(unique.values())[-64:]
 
     def _succeed_with(self, context: Any, attempt: Attempt, reason: str) -> None:
         # A try that died left its reservation: the pod it stood for is over.

@@ -261,6 +261,7 @@ class FederatedKubernetesOperator(Arguments, Deferral):
         self._earlier = stored if stored is not None and stored.try_number != try_number else None
         same_try = stored is not None and stored.try_number == try_number and stored.ended_at is None
         self.placement = stored if same_try else records.new_record(context)
+        self._hand_on_earlier()
 
     # The placement loop ------------------------------------------------------------------------------
     def _place_and_run(self, context: Any) -> Any:

@@ -868,3 +868,88 @@ def test_a_pod_that_succeeded_while_airflow_failed_the_try_is_a_success_not_run_
     )
     assert pod_creates(sim_federation) - before == 1
     assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_retry_that_defers_before_it_launches_still_takes_a_swept_success_of_a_dead_try(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """The full test-bed soak's ``deferred_plain[18]``: try 1 died while its pod ran; the pod Succeeded,
+    and a snapshot deleted it as an orphan, writing down that it Succeeded. The retry found no pod, had to
+    wait for room and deferred; resumed, it had forgotten try 1's record (its own replaces it in the task's
+    state) and ran the work again. The retry carries what the earlier try left unread in its own record
+    (``left_by_earlier_tries``), so, placed at last, it takes the swept success. One pod, ever."""
+    dag_id = "fed_killed_retry_defers"
+    run_id, command = task_test_run(dag_id, "swept-then-defers")
+    east = sim_federation["east-cpu"]
+    creates_before = pod_creates(sim_federation)
+
+    def the_pod(phase: str) -> dict[str, Any] | None:
+        for pod in east.pods():
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
+                return pod
+        return None
+
+    first_log = federation.parent / "first-worker.log"
+    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: the_pod("Running"), timeout=240, message=str(first_log))
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    first = wait_for(lambda: the_pod("Succeeded"), timeout=120)
+    name = first["metadata"]["name"]
+    # No room in east-cpu, the task's only member: the retry waits, deferring.
+    fillers = []
+    for node in east.nodes():
+        filler = f"filler-{node['metadata']['name']}"
+        cpu = node["status"]["allocatable"]["cpu"]
+        east.create_pod(
+            "default",
+            {
+                "metadata": {"name": filler, "annotations": {"sim.fedsched.io/duration": "36000"}},
+                "spec": {
+                    "nodeName": node["metadata"]["name"],
+                    "containers": [
+                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
+                    ],
+                },
+            },
+        )
+        fillers.append(filler)
+    wait_for(
+        lambda: all(
+            (east.pod("default", f) or {}).get("status", {}).get("phase") == "Running" for f in fillers
+        )
+    )
+    # What a snapshot does with a try that is over and left its pod: deleted, its success written down.
+    hook = FederationHook()
+    hook.add_orphan("east-cpu", "default", name)
+    hook.collect(["east-cpu"])
+    assert east.pod("default", name) is None
+    assert hook.state.orphans.was_swept_succeeded("east-cpu", "default", name, "pod")
+    bump_try_number(dag_id, run_id)
+    retry_log = federation.parent / "retry.log"
+    retry = subprocess.Popen(command, stdout=retry_log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(
+            lambda: "Pausing task as DEFERRED" in retry_log.read_text(), timeout=240, message=str(retry_log)
+        )
+        for filler in fillers:
+            east.delete_pod("default", filler, grace=0)
+        assert retry.wait(timeout=300) == 0, retry_log.read_text()[-3000:]
+    finally:
+        for filler in fillers:
+            if east.pod("default", filler) is not None:
+                east.delete_pod("default", filler, grace=0)
+        if retry.poll() is None:
+            retry.kill()
+            retry.wait(timeout=30)
+
+    assert pod_creates(sim_federation) - creates_before == 1, retry_log.read_text()[-3000:]
+    record = placement_of_run(dag_id, run_id)
+    assert record["outcome"] == "succeeded", record
+    assert [(a["cluster"], a["pod"], a["outcome"]) for a in record["attempts"]] == [
+        ("east-cpu", name, "succeeded")
+    ], record
+    assert pods_of(sim_federation, dag_id) == []

@@ -115,6 +115,16 @@ federated_dag(
     unreachable_grace=120,
     annotations=sim(duration=8, logs=["work done"]),
 )
+# A deferrable try killed while its pod runs; the pod Succeeds and a sweep deletes it; the retry must wait
+# (defer) before it may launch (test_federated_operator.py; the full test-bed soak's deferred_plain[18]).
+federated_dag(
+    "fed_killed_retry_defers",
+    clusters=["east-cpu"],
+    deferrable=True,
+    poll_interval=0.5,
+    wait_timeout=240,
+    annotations=sim(duration=3, logs=["work done"]),
+)
 # A try killed while its pod runs, not preemptible: the retry finds the pod Succeeded and being deleted.
 federated_dag(
     "fed_killed_plain",
