@@ -23,18 +23,10 @@ import yaml
 
 from airflow_provider_fedsched.hooks.federation import FederationHook
 from airflow_provider_fedsched.sim import SimFederation, wait_for
-from tests.operators.test_federated_operator import path, pod_creates, pods_of, run
+from tests.operators.test_federated_operator import path, pod_creates, pod_of, pods_of, run
 
 pytestmark = [pytest.mark.airflow]
 MODES = ["sync", "deferrable"]
-
-
-def pod_of(fed: SimFederation, dag_id: str, cluster: str, phase: str) -> dict[str, Any] | None:
-    for pod in fed[cluster].pods():
-        labels = pod["metadata"].get("labels") or {}
-        if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
-            return pod
-    return None
 
 
 class Outage:

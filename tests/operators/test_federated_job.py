@@ -684,29 +684,11 @@ FREE_CPU = {"west-general": 5, "east-cpu": 4}
 
 def _leave_room(fed: SimFederation) -> list[tuple[str, str]]:
     """Fillers leaving :data:`FREE_CPU` on every node of those members; returns them, once they run."""
-    fillers: list[tuple[str, str]] = []
-    for cluster, free in FREE_CPU.items():
-        handle = fed[cluster]
-        for node in handle.nodes():
-            name = f"filler-{node['metadata']['name']}"
-            allocatable = int(node["status"]["allocatable"]["cpu"])
-            handle.create_pod(
-                "default",
-                {
-                    "metadata": {"name": name, "annotations": {"sim.fedsched.io/duration": "36000"}},
-                    "spec": {
-                        "nodeName": node["metadata"]["name"],
-                        "containers": [
-                            {
-                                "name": "c",
-                                "image": "busybox",
-                                "resources": {"requests": {"cpu": str(allocatable - free)}},
-                            }
-                        ],
-                    },
-                },
-            )
-            fillers.append((cluster, name))
+    fillers = [
+        (cluster, name)
+        for cluster, free in FREE_CPU.items()
+        for name in pod_tests.fill_nodes(fed[cluster], leave_cpu=free)
+    ]
     wait_for(
         lambda: all(
             (fed[c].pod("default", n) or {}).get("status", {}).get("phase") == "Running" for c, n in fillers

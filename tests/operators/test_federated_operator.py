@@ -141,22 +141,7 @@ def test_unschedulable_pod_is_deleted_before_moving_on(
 ) -> None:
     take_snapshot()
     east = sim_federation["east-cpu"]
-    fillers = []
-    for node in east.nodes():
-        name = f"filler-{node['metadata']['name']}"
-        east.create_pod(
-            "default",
-            {
-                "metadata": {"name": name, "annotations": {"sim.fedsched.io/duration": "3600"}},
-                "spec": {
-                    "nodeName": node["metadata"]["name"],
-                    "containers": [
-                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "7"}}}
-                    ],
-                },
-            },
-        )
-        fillers.append(name)
+    fillers = fill_nodes(east, leave_cpu=1, duration="3600")
     try:
         state, record, _ = run("fed_unschedulable_failover")
     finally:
@@ -487,22 +472,7 @@ def test_a_retry_that_found_a_dead_try_s_cluster_silent_adopts_its_result_once_i
     creates_before = pod_creates(sim_federation)
     first_try = try_number_of(dag_id, run_id)
 
-    def the_pod(phase: str) -> dict[str, Any] | None:
-        for pod in east.pods():
-            labels = pod["metadata"].get("labels") or {}
-            if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
-                return pod
-        return None
-
-    first_log = federation.parent / "first-worker.log"
-    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
-    try:
-        # A fresh `airflow tasks test` process imports Airflow and the provider first: slow on a busy machine.
-        wait_for(lambda: the_pod("Running"), timeout=240, message=str(first_log))
-    finally:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=30)
-    first = wait_for(lambda: the_pod("Succeeded"), timeout=120)
+    first = killed_while_its_pod_runs(sim_federation, dag_id, command, federation.parent / "first-worker.log")
     east.faults.down()
     bump_try_number(dag_id, run_id)
     retry_log = federation.parent / "retry.log"
@@ -544,21 +514,7 @@ def test_a_preemptible_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_it
     creates_before = pod_creates(sim_federation)
     first_try = try_number_of(dag_id, run_id)
 
-    def the_pod(phase: str) -> dict[str, Any] | None:
-        for pod in east.pods():
-            labels = pod["metadata"].get("labels") or {}
-            if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
-                return pod
-        return None
-
-    first_log = federation.parent / "first-worker.log"
-    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: the_pod("Running"), timeout=240, message=str(first_log))
-    finally:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=30)
-    first = wait_for(lambda: the_pod("Succeeded"), timeout=120)
+    first = killed_while_its_pod_runs(sim_federation, dag_id, command, federation.parent / "first-worker.log")
     east.faults.down()
     bump_try_number(dag_id, run_id)
     retry_log = federation.parent / "retry.log"
@@ -604,21 +560,7 @@ def test_a_retry_takes_the_success_of_a_dead_try_s_pod_that_is_being_deleted(
     east = sim_federation["east-cpu"]
     creates_before = pod_creates(sim_federation)
 
-    def the_pod(phase: str) -> dict[str, Any] | None:
-        for pod in east.pods():
-            labels = pod["metadata"].get("labels") or {}
-            if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
-                return pod
-        return None
-
-    first_log = federation.parent / "first-worker.log"
-    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: the_pod("Running"), timeout=240, message=str(first_log))
-    finally:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=30)
-    first = wait_for(lambda: the_pod("Succeeded"), timeout=120)
+    first = killed_while_its_pod_runs(sim_federation, dag_id, command, federation.parent / "first-worker.log")
     namespace, name = first["metadata"]["namespace"], first["metadata"]["name"]
 
     def hold(pod: dict[str, Any]) -> None:
@@ -643,6 +585,52 @@ def test_a_retry_takes_the_success_of_a_dead_try_s_pod_that_is_being_deleted(
     assert "its work is not run again" in record["reason"], record
     assert [(a["pod"], a["adopted"]) for a in record["attempts"]] == [(name, True)], record
     assert pods_of(sim_federation, dag_id) == []
+
+
+def fill_nodes(handle: Any, leave_cpu: int, duration: str = "36000") -> list[str]:
+    """A filler pod on each node of a member, leaving ``leave_cpu`` cpu free there; their names."""
+    fillers = []
+    for node in handle.nodes():
+        name = f"filler-{node['metadata']['name']}"
+        cpu = str(int(node["status"]["allocatable"]["cpu"]) - leave_cpu)
+        handle.create_pod(
+            "default",
+            {
+                "metadata": {"name": name, "annotations": {"sim.fedsched.io/duration": duration}},
+                "spec": {
+                    "nodeName": node["metadata"]["name"],
+                    "containers": [
+                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
+                    ],
+                },
+            },
+        )
+        fillers.append(name)
+    return fillers
+
+
+def pod_of(fed: SimFederation, dag_id: str, cluster: str, phase: str) -> dict[str, Any] | None:
+    for pod in fed[cluster].pods():
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
+            return pod
+    return None
+
+
+def killed_while_its_pod_runs(
+    fed: SimFederation, dag_id: str, command: list[str], log: Path
+) -> dict[str, Any]:
+    """Run the task in a worker process (``command``), SIGKILL it once its pod runs in east-cpu, and return
+    the pod once it has Succeeded with nobody watching it."""
+    worker = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        # A fresh `airflow tasks test` process imports Airflow and the provider first: slow on a busy machine.
+        wait_for(lambda: pod_of(fed, dag_id, "east-cpu", "Running"), timeout=240, message=str(log))
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    found: dict[str, Any] = wait_for(lambda: pod_of(fed, dag_id, "east-cpu", "Succeeded"), timeout=120)
+    return found
 
 
 def task_test_run(dag_id: str, prefix: str) -> tuple[str, list[str]]:
@@ -883,40 +871,10 @@ def test_a_retry_that_defers_before_it_launches_still_takes_a_swept_success_of_a
     east = sim_federation["east-cpu"]
     creates_before = pod_creates(sim_federation)
 
-    def the_pod(phase: str) -> dict[str, Any] | None:
-        for pod in east.pods():
-            labels = pod["metadata"].get("labels") or {}
-            if labels.get("dag_id") == dag_id and pod["status"].get("phase") == phase:
-                return pod
-        return None
-
-    first_log = federation.parent / "first-worker.log"
-    worker = subprocess.Popen(command, stdout=first_log.open("w"), stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: the_pod("Running"), timeout=240, message=str(first_log))
-    finally:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=30)
-    first = wait_for(lambda: the_pod("Succeeded"), timeout=120)
+    first = killed_while_its_pod_runs(sim_federation, dag_id, command, federation.parent / "first-worker.log")
     name = first["metadata"]["name"]
     # No room in east-cpu, the task's only member: the retry waits, deferring.
-    fillers = []
-    for node in east.nodes():
-        filler = f"filler-{node['metadata']['name']}"
-        cpu = node["status"]["allocatable"]["cpu"]
-        east.create_pod(
-            "default",
-            {
-                "metadata": {"name": filler, "annotations": {"sim.fedsched.io/duration": "36000"}},
-                "spec": {
-                    "nodeName": node["metadata"]["name"],
-                    "containers": [
-                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
-                    ],
-                },
-            },
-        )
-        fillers.append(filler)
+    fillers = fill_nodes(east, leave_cpu=0)
     wait_for(
         lambda: all(
             (east.pod("default", f) or {}).get("status", {}).get("phase") == "Running" for f in fillers
