@@ -76,6 +76,10 @@ class Attempt(BaseModel):
         return round(self.price_per_hour * hours + self.egress_cost, 6), self.egress_gb
 
 
+LEFT_BY_EARLIER_TRIES = 64
+"""At most this many of the earlier tries' unread attempts are carried (the latest)."""
+
+
 class PlacementRecord(BaseModel):
     """Everything the operator decided and did in one try."""
 
@@ -114,7 +118,7 @@ class PlacementRecord(BaseModel):
     left_by_earlier_try: Attempt | None = None
     """An earlier try's attempt whose pod may still run in a cluster that did not answer this try, which
     therefore started nothing: kept so that the next try waits for that cluster too."""
-    left_by_earlier_tries: list[Attempt] = Field(default_factory=list, max_length=64)
+    left_by_earlier_tries: list[Attempt] = Field(default_factory=list, max_length=LEFT_BY_EARLIER_TRIES)
     """The earlier tries' attempts whose pods were left where nobody read their end (``running``: a try
     that died; ``lost``, ``unreachable``: a silent cluster), carried from try to try: a snapshot that
     deletes such a pod writes down that it Succeeded, and this try takes that success instead of starting

@@ -174,13 +174,16 @@ class Contract(EarlierTries):
             attempt.running_at = datetime.now(UTC)
 
     # How an attempt ended ----------------------------------------------------------------------------
-    def _judge(self, attempt: Attempt, exc: BaseException) -> ClusterFailure | None:
+    def _judge(
+        self, attempt: Attempt, exc: BaseException, seen: Observation | None = None
+    ) -> ClusterFailure | None:
         """The cluster's failure, or None for the task's own: from a fresh read of the pod and events
-        (or the read that already judged it: an unschedulable pod, an answer that never came)."""
+        (``seen``, when already taken; or the read that already judged it: an unschedulable pod, an answer
+        that never came)."""
         judged = next((e for e in chain(exc) if isinstance(e, ClusterLost | ClusterLeft | Judged)), None)
         if judged is not None:
             return judged.failure
-        seen = self._observe(attempt)
+        seen = seen or self._observe(attempt)
         if not seen.answered:
             return failures.unreachable(self.pod_manager.reason(seen.error))  # type: ignore[arg-type]
         if (
@@ -207,12 +210,11 @@ class Contract(EarlierTries):
         """Record how the attempt ended; return what to raise: the task's own error, a FederationError
         when the try must fail, or ClusterLeft after the pod is gone and the cluster left; None when the
         pod had Succeeded before its cluster stopped answering (the try succeeds, its work is not re-run)."""
-        failure = self._judge(attempt, exc)
-        if failure is None and airflow_failed(exc) and not self.do_xcom_push:
-            seen = self.pod_manager.observe(attempt.namespace, attempt.pod, events=False)
-            if seen.phase == "Succeeded":
-                self._done_while_airflow_failed(context, attempt, exc)
-                return None
+        seen = self._observe(attempt) if airflow_failed(exc) and not self.do_xcom_push else None
+        if seen is not None and seen.phase == "Succeeded":
+            self._done_while_airflow_failed(context, attempt, exc)
+            return None
+        failure = self._judge(attempt, exc, seen)
         if failure is None:
             self._finish(context, attempt, "failed", short_error(exc))
             self._make_sure_gone(attempt)

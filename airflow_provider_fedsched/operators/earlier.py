@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-from airflow_provider_fedsched.federation.record import Attempt, PlacementRecord
+from airflow_provider_fedsched.federation.record import LEFT_BY_EARLIER_TRIES, Attempt, PlacementRecord
 from airflow_provider_fedsched.operators import attempts, records
 
 if TYPE_CHECKING:
@@ -96,10 +96,8 @@ class EarlierTries(KubernetesPodOperator):
         """The attempts of this try and the earlier ones whose pods were left where nobody read their end:
         "running" (a dead earlier try's pod, or one fenced by this try when its cluster did not answer),
         "lost", "unreachable"."""
-        record, earlier = self._record, self._earlier
-        found = [*record.known_attempts, *record.left_by_earlier_tries]
-        if earlier is not None:
-            found += [*earlier.known_attempts, *earlier.left_by_earlier_tries]
+        record = self._record  # the earlier tries' are in it since the try began (_hand_on_earlier)
+        found = (*record.known_attempts, *record.left_by_earlier_tries)
         return [a for a in found if a.outcome in LEFT_UNREAD]
 
     def _hand_on_earlier(self) -> None:
@@ -109,7 +107,7 @@ class EarlierTries(KubernetesPodOperator):
             return
         left = [*earlier.left_by_earlier_tries, *earlier.known_attempts]
         unique = {(a.cluster, a.namespace, a.pod): a for a in left if a.outcome in LEFT_UNREAD}
-        self._record.left_by_earlier_tries = list(unique.values())[-64:]
+        self._record.left_by_earlier_tries = list(unique.values())[-LEFT_BY_EARLIER_TRIES:]
 
     def _succeed_with(self, context: Any, attempt: Attempt, reason: str) -> None:
         # A try that died left its reservation: the pod it stood for is over.
