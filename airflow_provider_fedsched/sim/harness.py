@@ -7,6 +7,7 @@ The loop thread owns all simulator state. Handles marshal calls onto it, so test
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fcntl
 import json
@@ -15,6 +16,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -76,6 +78,43 @@ def claim_state_dir(state_dir: Path) -> IO[str]:
     handle.write(str(os.getpid()))
     handle.flush()
     return handle
+
+
+@dataclass(frozen=True)
+class KubeconfigMember:
+    """One member of a generated kubeconfig: a context named after the cluster, in its task namespace."""
+
+    name: str
+    server: str
+    token: str
+    namespace: str
+    ca_pem: bytes | None = None
+    """The API server's CA (the test bed's); none for the simulator's plain HTTP."""
+
+
+def federation_kubeconfig(members: list[KubeconfigMember], user: str = "user") -> dict[str, Any]:
+    """The kubeconfig both backends write: one cluster, user (``NAME-{user}``) and context per member."""
+
+    def cluster(m: KubeconfigMember) -> dict[str, Any]:
+        if m.ca_pem is None:
+            return {"server": m.server}
+        return {"server": m.server, "certificate-authority-data": base64.b64encode(m.ca_pem).decode()}
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "current-context": members[0].name,
+        "clusters": [{"name": m.name, "cluster": cluster(m)} for m in members],
+        "users": [{"name": f"{m.name}-{user}", "user": {"token": m.token}} for m in members],
+        "contexts": [
+            {
+                "name": m.name,
+                "context": {"cluster": m.name, "user": f"{m.name}-{user}", "namespace": m.namespace},
+            }
+            for m in members
+        ],
+    }
 
 
 def write_federation_files(
@@ -265,25 +304,14 @@ class SimFederation:
 
     def kubeconfig(self, only: str | None = None) -> dict[str, Any]:
         names = [only] if only else list(self.clusters)
-        return {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "preferences": {},
-            "current-context": names[0],
-            "clusters": [{"name": n, "cluster": {"server": self.clusters[n].url}} for n in names],
-            "users": [{"name": f"{n}-user", "user": {"token": self.clusters[n].token}} for n in names],
-            "contexts": [
-                {
-                    "name": n,
-                    "context": {
-                        "cluster": n,
-                        "user": f"{n}-user",
-                        "namespace": self.clusters[n].config.task_namespace,
-                    },
-                }
+        return federation_kubeconfig(
+            [
+                KubeconfigMember(
+                    n, self.clusters[n].url, self.clusters[n].token, self.clusters[n].config.task_namespace
+                )
                 for n in names
-            ],
-        }
+            ]
+        )
 
     def federation_spec(self) -> dict[str, Any]:
         return federation_spec(self.config)

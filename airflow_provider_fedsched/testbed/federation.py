@@ -24,7 +24,12 @@ from typing import Any
 import airflow_provider_fedsched.testbed.binaries as binaries
 from airflow_provider_fedsched.federation.documents import read_text_file
 from airflow_provider_fedsched.sim.config import SimConfig, federation_spec, resolve_config
-from airflow_provider_fedsched.sim.harness import conn_id, write_federation_files
+from airflow_provider_fedsched.sim.harness import (
+    KubeconfigMember,
+    conn_id,
+    federation_kubeconfig,
+    write_federation_files,
+)
 from airflow_provider_fedsched.testbed.agent import PodAgent
 from airflow_provider_fedsched.testbed.cluster import TestbedCluster
 from airflow_provider_fedsched.testbed.handles import TestbedClusterHandle
@@ -190,40 +195,13 @@ class TestbedFederation:
     def kubeconfig(self, only: str | None = None, provider: bool = False) -> dict[str, Any]:
         """Contexts named after the clusters; the admin's token, or the provider's (``provider=True``)."""
         names = [only] if only else list(self.clusters)
-
-        def token(n: str) -> str:
+        members = []
+        for n in names:
             cluster = self.clusters[n]
-            return cluster.provider_token if provider else cluster.token
-
-        user = "provider" if provider else "user"
-        return {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "preferences": {},
-            "current-context": names[0],
-            "clusters": [
-                {
-                    "name": n,
-                    "cluster": {
-                        "server": self.clusters[n].url,
-                        "certificate-authority-data": _b64(self.clusters[n].ca_path.read_bytes()),
-                    },
-                }
-                for n in names
-            ],
-            "users": [{"name": f"{n}-{user}", "user": {"token": token(n)}} for n in names],
-            "contexts": [
-                {
-                    "name": n,
-                    "context": {
-                        "cluster": n,
-                        "user": f"{n}-{user}",
-                        "namespace": self.clusters[n].config.task_namespace,
-                    },
-                }
-                for n in names
-            ],
-        }
+            token = cluster.provider_token if provider else cluster.token
+            namespace = cluster.config.task_namespace
+            members.append(KubeconfigMember(n, cluster.url, token, namespace, cluster.ca_path.read_bytes()))
+        return federation_kubeconfig(members, user="provider" if provider else "user")
 
     def federation_spec(self) -> dict[str, Any]:
         return federation_spec(self.config)
@@ -269,9 +247,3 @@ class TestbedFederation:
             },
         }
         _write_atomically(self.state_dir / STATE_FILE, json.dumps(state, indent=2))
-
-
-def _b64(data: bytes) -> str:
-    import base64
-
-    return base64.b64encode(data).decode()
