@@ -35,14 +35,11 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": INTEGRATION,
-                # federated_pod is the operator; the others hold its overridable steps (users subclass).
+                # The two operators; a try's states and transitions (try_states) are theirs.
                 "python-modules": [
                     "airflow_provider_fedsched.operators.federated_pod",
-                    "airflow_provider_fedsched.operators.arguments",
-                    "airflow_provider_fedsched.operators.contract",
-                    "airflow_provider_fedsched.operators.earlier",
-                    "airflow_provider_fedsched.operators.deferral",
                     "airflow_provider_fedsched.operators.federated_job",
+                    "airflow_provider_fedsched.operators.try_states",
                 ],
             }
         ],

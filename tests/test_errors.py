@@ -20,11 +20,11 @@ from airflow_provider_fedsched.federation._errors import FedschedError, Permanen
 DEV_TOOLS = {"sim", "testbed", "replay", "demo"}
 
 CONTROL_FLOW = {
-    "airflow_provider_fedsched.operators.contract.ClusterLeft",
-    "airflow_provider_fedsched.operators.contract.Judged",
+    "airflow_provider_fedsched.operators.try_states.ClusterLeft",
+    "airflow_provider_fedsched.operators.try_states.Judged",
 }
-"""Not errors: the signals a try passes to itself while it leaves a cluster (item 2 of issue 28 replaces
-them with the try's states). A handler of ``TemporaryError`` must not take them."""
+"""Not errors: the transitions of a try that cross calls (operators/try_states.py). A handler of
+``TemporaryError`` must not take them."""
 
 
 def provider_exceptions() -> dict[str, type[BaseException]]:

@@ -8,12 +8,9 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-import kubernetes
-from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk import Asset
 from airflow.sdk.definitions.asset import AssetNameRef, AssetUriRef
 from airflow.sdk.exceptions import AirflowException
-from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.federation._errors import PermanentError
 from airflow_provider_fedsched.federation.assets import (
@@ -26,23 +23,14 @@ from airflow_provider_fedsched.federation.assets import (
     written_event,
 )
 from airflow_provider_fedsched.federation.limits import check_seconds
-from airflow_provider_fedsched.federation.request import TaskRequest
 from airflow_provider_fedsched.federation.spec import FederationSpec, PolicySpec, SpecError
-from airflow_provider_fedsched.kube.access import ClusterAccessError
-from airflow_provider_fedsched.kube.labels import PREEMPTIBLE_LABEL, TENANT_LABEL
 from airflow_provider_fedsched.validation.operator import (
     OperatorArguments,
-    check_annotations,
-    check_labels,
     check_operator_arguments,
-    check_pod_arguments,
-    check_pod_labels,
-    check_pod_name,
-    check_pod_size,
 )
 
 if TYPE_CHECKING:
-    from airflow_provider_fedsched.hooks.federation import FederationHook
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +57,7 @@ def _is_template(value: Any) -> bool:
 
 def checked_arguments(**raw: Any) -> OperatorArguments:
     """The federation arguments as given (``validation.operator``), as a :class:`FederationError` naming
-    the argument; a Jinja template string is left for :meth:`Arguments.prepare` to check once rendered."""
+    the argument; a Jinja template string is left for :meth:`FederatedKubernetesOperator.prepare` to check once rendered."""
     given = {name: value for name, value in raw.items() if not _is_template(value)}
     try:
         return check_operator_arguments(**given)
@@ -244,151 +232,3 @@ def budget(value: Any, argument: str) -> float | None:
     ):
         raise FederationError(f"{argument} must be a non-negative number (got {value!r})")
     return float(value)
-
-
-class Arguments(KubernetesPodOperator):
-    """The operator's validation steps (a base of FederatedKubernetesOperator).
-
-    :param tenant: the tenant the task runs for (quota, fair share, budget); default the spec's
-        ``tenant_mapping`` by owner or DAG tag (or ``default_args={"tenant": ...}`` for a whole DAG).
-    :param max_cost: a cluster where the task's estimated cost is above this is never chosen.
-    :param max_egress_gb: a cluster it would have to move more data to is never chosen.
-    """
-
-    def __init__(
-        self,
-        *,
-        tenant: str | None = None,
-        max_cost: float | None = None,
-        max_egress_gb: float | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.tenant = tenant
-        self.max_cost = max_cost
-        self.max_egress_gb = max_egress_gb
-        self.data_rule: list[str] | None = None
-        """The regions its data allows (every dataset's rule at once; None = anywhere), once prepared."""
-
-    if TYPE_CHECKING:  # provided by FederatedKubernetesOperator
-
-        @property
-        def federation_hook(self) -> FederationHook: ...
-
-        policy_spec: PolicySpec
-        _conflicting_arguments: list[str]
-        max_cluster_attempts: int
-        unschedulable_grace_seconds: float
-        unreachable_grace: timedelta | float
-        wait_timeout: timedelta | float
-        expected_duration: timedelta | float | None
-        clusters: list[str] | None
-        datasets: list[str]
-        prefer_region: str | None
-        prefer_group: str | None
-        cluster_selector: dict[str, str]
-        policy: dict[str, Any]
-        preemptible: bool
-        checkpoint: str | None
-
-        def use_cluster(self, cluster: str, hook: FederationHook | None = None) -> None: ...
-
-    def placement_request(self, hook: FederationHook) -> tuple[TaskRequest, PolicySpec]:
-        """The validated placement request and effective policy against ``hook``'s federation (the
-        planner's entry point: no task context)."""
-        _, request = self.prepare(None, hook)
-        return request, self.policy_spec
-
-    def prepare(
-        self, context: Any = None, hook: FederationHook | None = None
-    ) -> tuple[k8s.V1Pod, TaskRequest]:
-        """Check the federation arguments and build the pod once; fail the try naming the argument."""
-        hook = hook or self.federation_hook
-        try:
-            spec = hook.spec
-        except SpecError as exc:
-            raise FederationError(f"federation: the spec cannot be loaded: {exc}") from None
-        checked_arguments(preemptible=self.preemptible, checkpoint=self.checkpoint)
-        try:
-            check_annotations(self.annotations)
-            check_pod_labels(
-                labels=self.labels,
-                node_selector=self.node_selector,
-                tolerations=self.tolerations,
-                full_pod_spec=self.full_pod_spec,
-            )
-            check_pod_arguments(vars(self))
-        except SpecError as exc:
-            raise FederationError(str(exc)) from None
-        self.policy_spec = check_arguments(
-            spec,
-            conflicting=self._conflicting_arguments,
-            max_cluster_attempts=self.max_cluster_attempts,
-            durations={
-                "unschedulable_grace_seconds": self.unschedulable_grace_seconds,
-                "unreachable_grace": self.unreachable_grace,
-                "wait_timeout": self.wait_timeout,
-                "expected_duration": self.expected_duration,
-            },
-            clusters=self.clusters,
-            datasets=self.datasets,
-            prefer_region=self.prefer_region,
-            prefer_group=self.prefer_group,
-            cluster_selector=self.cluster_selector,
-            policy=self.policy,
-        )
-        assets = task_assets(self.inlets, self.outlets, context)
-        try:  # the datasets its Assets are, before anything is reserved: a conflict fails the try here
-            resolved = spec.check_references(datasets=self.datasets, assets=assets)
-        except SpecError as exc:
-            raise FederationError(str(exc)) from None
-        # The rule the task runs under: what its outputs inherit (:func:`mark_outlets`).
-        self.data_rule = FederationSpec.rule_of(resolved)
-        # The pod template reads connection extras (namespace, sidecar): any member that resolves will
-        # do, so a broken member never fails a task the others can run (the decision says why it is out).
-        members = self.clusters or [c.name for c in spec.clusters]
-        problems = []
-        for member in members:
-            try:
-                self.use_cluster(member, hook)
-                break
-            except ClusterAccessError as exc:
-                problems.append(str(exc))
-        else:
-            raise FederationError("no member cluster can be reached: " + "; ".join(problems))
-        pod = self.build_pod_request_obj(context, dry_run=True)
-        document = kubernetes.client.ApiClient().sanitize_for_serialization(pod)
-        pod_spec = document["spec"]
-        expected = seconds(self.expected_duration, "expected_duration")
-        dag = getattr(self, "_dag", None)  # has_dag() is untyped; a bare operator has none
-        tags = sorted(dag.tags or ()) if dag is not None else []
-        tenant = task_tenant(spec, self.tenant, self.owner, tags)
-        if tenant is not None:
-            pod.metadata.labels = {**(pod.metadata.labels or {}), TENANT_LABEL: tenant}
-        if self.preemptible:
-            pod.metadata.labels = {**(pod.metadata.labels or {}), PREEMPTIBLE_LABEL: "true"}
-        try:  # the pod's (and a Job's) labels, a pod_template_file's included, and its name
-            check_labels(pod.metadata.labels, "labels")
-            check_pod_name(pod.metadata.name)
-            check_pod_size(document)
-        except SpecError as exc:
-            raise FederationError(str(exc)) from None
-        try:
-            request = TaskRequest.from_pod_spec(
-                pod_spec,
-                datasets=self.datasets,
-                assets=assets,
-                prefer_region=self.prefer_region,
-                prefer_group=self.prefer_group,
-                clusters=self.clusters,
-                cluster_selector=self.cluster_selector,
-                namespace=pod.metadata.namespace or "default",
-                expected_duration_seconds=expected if expected is not None else 3600.0,
-                preemptible=self.preemptible,
-                tenant=tenant,
-                max_cost=budget(self.max_cost, "max_cost"),
-                max_egress_gb=budget(self.max_egress_gb, "max_egress_gb"),
-            )
-        except SpecError as exc:
-            raise FederationError(f"pod resources: {exc}") from None
-        return pod, request

@@ -51,8 +51,7 @@ from airflow_provider_fedsched.kube.jobs import GangView, JobManager
 from airflow_provider_fedsched.kube.pods import unanswered
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError, seconds
-from airflow_provider_fedsched.operators.contract import Judged, short_error
-from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT
+from airflow_provider_fedsched.operators.try_states import GONE_TIMEOUT, Judged, short_error
 from airflow_provider_fedsched.render import decision_table
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ the try) with a Job as the unit: the decision is a gang decision (every pod of t
 cluster at the same time, :mod:`federation.plugins.gang`); if not every pod is scheduled within
 ``unschedulable_grace_seconds``, or any member is evicted, the whole Job is deleted with its pods, confirmed
 gone, and the gang moves to the next cluster as one unit (resuming from ``checkpoint``). The delivery
-contract is the pod tasks' (operators/contract.py): a silent cluster is waited for within
+contract is the pod tasks' (operators/federated_pod.py): a silent cluster is waited for within
 ``unreachable_grace``, then the try fails; a preemptible gang moves at once. A Job that disappeared (deleted
 by someone) is the same: its pods may have run, so only a preemptible gang is started elsewhere. A Job not
 confirmed gone is written down as an orphan (``kind="job"``), deleted with its pods by the next snapshot
@@ -39,10 +39,9 @@ from airflow_provider_fedsched.kube.labels import TASK_LABEL, TRY_LABEL
 from airflow_provider_fedsched.kube.pods import unanswered
 from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError
-from airflow_provider_fedsched.operators.contract import ClusterLeft, Judged, short_error
 from airflow_provider_fedsched.operators.divided import DividedRun
-from airflow_provider_fedsched.operators.earlier import GONE_TIMEOUT
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
+from airflow_provider_fedsched.operators.try_states import GONE_TIMEOUT, ClusterLeft, Judged, short_error
 from airflow_provider_fedsched.validation.operator import (
     check_annotations,
     check_divided_job,
