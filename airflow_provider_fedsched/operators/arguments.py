@@ -57,7 +57,7 @@ def _is_template(value: Any) -> bool:
 
 def checked_arguments(**raw: Any) -> OperatorArguments:
     """The federation arguments as given (``validation.operator``), as a :class:`FederationError` naming
-    the argument; a Jinja template string is left for :meth:`FederatedKubernetesOperator.prepare` to check once rendered."""
+    the argument; a Jinja template string is left for the operator's ``prepare`` to check once rendered."""
     given = {name: value for name, value in raw.items() if not _is_template(value)}
     try:
         return check_operator_arguments(**given)

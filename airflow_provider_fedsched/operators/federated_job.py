@@ -41,7 +41,13 @@ from airflow_provider_fedsched.operators import attempts, records
 from airflow_provider_fedsched.operators.arguments import FederationError
 from airflow_provider_fedsched.operators.divided import DividedRun
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
-from airflow_provider_fedsched.operators.try_states import GONE_TIMEOUT, ClusterLeft, Judged, short_error
+from airflow_provider_fedsched.operators.try_states import (
+    GONE_TIMEOUT,
+    ClusterLeft,
+    Judged,
+    TryState,
+    short_error,
+)
 from airflow_provider_fedsched.validation.operator import (
     check_annotations,
     check_divided_job,
@@ -208,6 +214,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
     # One attempt: the Job in one cluster ------------------------------------------------------------------
     def _run_attempt(self, context: Any, attempt: Attempt) -> Any:
         """Create the attempt's Job once (or reattach to it) and watch the gang until it ends."""
+        self._enter(TryState.RUNNING, f"attempt {attempt.number}: job {attempt.pod} in {attempt.cluster}")
         self.use_cluster(attempt.cluster)
         try:
             view = self._read(attempt)
@@ -460,6 +467,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             )
             self._finish(context, attempt, "lost", reason)
             return FederationError(reason)
+        self._enter(TryState.LEAVING, f"{failure.kind}: {failure.reason}")
         self._leave(context, attempt, failure)
         return ClusterLeft(failure)
 

@@ -82,6 +82,8 @@ from airflow_provider_fedsched.operators.try_states import (
     LEFT_UNREAD,
     ClusterLeft,
     Judged,
+    TryState,
+    TryStates,
     airflow_failed,
     short_error,
 )
@@ -116,6 +118,13 @@ def _is_collection(value: Any) -> bool:
 
 def _is_mapping(value: Any) -> bool:
     return value is None or isinstance(value, Mapping)
+
+
+def _unit_test_mode() -> bool:
+    """Airflow's own test switch: a try's transition the table does not hold then fails the test."""
+    from airflow.configuration import conf
+
+    return conf.getboolean("core", "unit_test_mode", fallback=False)
 
 
 def _container_started_at(pod: Any, container: str) -> datetime | None:
@@ -350,11 +359,13 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         same_try = stored is not None and stored.try_number == try_number and stored.ended_at is None
         self.placement = stored if same_try else records.new_record(context)
         self._hand_on_earlier()
+        self._try_states = TryStates(self.log, strict=_unit_test_mode())
 
     # The placement loop ------------------------------------------------------------------------------
     def _place_and_run(self, context: Any) -> Any:
         record = self._record
         while True:
+            self._enter(TryState.DECIDING)
             tried = [a for a in record.attempts if a.outcome != "running" and not a.adopted]
             if len(tried) >= self.max_cluster_attempts:
                 raise self._give_up(context, f"gave up after {len(tried)} cluster attempt(s)")
@@ -413,6 +424,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         decides again as soon as shared state shows news that changes its decision (hooks/waiting.py),
         at the latest at the wait's deadline."""
         record = self._record
+        self._enter(TryState.WAITING, records.short(decision.reason))
         waited = records.start_waiting(record, decision.reason)
         limit = seconds(self.wait_timeout, "wait_timeout") or 0.0
         if waited >= limit:
@@ -499,6 +511,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             or "default"
         )
         attempt = attempts.new_attempt(record, decision, cluster, namespace, self.pod_template.metadata.name)
+        self._enter(TryState.LAUNCHING, f"attempt {attempt.number} in {cluster}")
         previous = record.current
         if previous is not None and previous.failed_at is not None:
             record.failover_seconds += (attempt.started_at - previous.failed_at).total_seconds()
@@ -521,6 +534,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
 
     def _run_attempt(self, context: Any, attempt: Attempt) -> Any:
         """Run KubernetesPodOperator's flow in the attempt's cluster; judge how it ended."""
+        self._enter(TryState.RUNNING, f"attempt {attempt.number}: pod {attempt.pod} in {attempt.cluster}")
         self.use_cluster(attempt.cluster)
         self.pod_request_obj = self._attempt_pod(attempt)
         self.pod = self.remote_pod = None
@@ -776,6 +790,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         self._record.left_by_earlier_tries = list(unique.values())[-LEFT_BY_EARLIER_TRIES:]
 
     def _succeed_with(self, context: Any, attempt: Attempt, reason: str) -> None:
+        self._enter(TryState.SUCCEEDED, reason)
         # A try that died left its reservation: the pod it stood for is over.
         self.federation_hook.release(attempt.cluster, attempt.placement_id)
         records.succeed_with(self._record, attempt, reason)
@@ -1085,6 +1100,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 reason = f"{failure.reason}; the pod is not confirmed gone: the work is not started elsewhere"
                 self._finish(context, attempt, "lost", reason)
                 return FederationError(reason)
+        self._enter(TryState.LEAVING, f"{failure.kind}: {failure.reason}")
         self._leave(context, attempt, failure)
         return ClusterLeft(failure)
 
@@ -1321,7 +1337,15 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
     def _save(self, context: Any) -> None:
         self._records.save(context, self._record)
 
+    def _enter(self, state: TryState, why: str = "") -> None:
+        """The try takes a transition of ``operators/try_states.py`` (logged with ``why``)."""
+        states = self.__dict__.get("_try_states")
+        if states is None:  # a step called before any entry point began the try (a test's, a subclass's)
+            states = self._try_states = TryStates(self.log, strict=_unit_test_mode())
+        states.enter(state, why)
+
     def _finish(self, context: Any, attempt: Attempt, outcome: str, reason: str) -> None:
+        self._enter(TryState.SUCCEEDED if outcome == "succeeded" else TryState.FAILED, reason)
         records.end_attempt(self.federation_hook, self._record, attempt, outcome, reason)
         records.end_try(self._record, outcome, reason)
         self._save(context)
@@ -1334,6 +1358,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         self.log.info("Placement: %s", self._record.summary())
 
     def _give_up(self, context: Any, reason: str) -> FederationError:
+        self._enter(TryState.FAILED, reason)
         records.end_try(self._record, "failed", reason)
         self._save(context)
         return FederationError(reason)
@@ -1415,6 +1440,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
 
     def _reenter(self, context: Any, attempt: Attempt, event: PodEvent) -> Any:
         """Judge the attempt the trigger fired about, from a fresh read of its pod."""
+        self._enter(TryState.RUNNING, f"the pod trigger fired about pod {attempt.pod}: {event.status}")
         status, message = event.status, event.message or event.status
         deferred = self.federation_hook.state.deferred
         noted = deferred.get(attempt.cluster, attempt.namespace, attempt.pod) or {}
