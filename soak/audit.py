@@ -37,7 +37,7 @@ The module is pure (no I/O): ``soak.run`` collects its inputs; other harnesses c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -49,6 +49,8 @@ FINDING_ORDER = (
     *("lost", "unexplained", "failed", "outlived", "moved"),
 )
 WAIT_GAVE_UP = "no cluster could take the task within"
+IMPOSSIBLE = "no member cluster can ever run this task"
+GANG_NEVER_FITS = "GangCapacity"
 """What the operator's log says when a try's wait for a compliant cluster ran out (its ``wait_timeout``):
 a ``wait-timeout`` task is explained only with it, never by the mere absence of pods (Airflow can fail a
 try before the operator runs at all)."""
@@ -282,6 +284,7 @@ def audit(
     origin: float = 0.0,
     silences: Iterable[Silence] = (),
     grace: float | None = None,
+    nodes_deleted: Iterable[str] = (),
 ) -> Audit:
     """Audit one run. ``journals``: each cluster's journal report (``pods`` and ``nodes``);
     ``task_instances``: Airflow's REST API view (``task_id``, ``map_index``, ``state``, ``try_number``);
@@ -289,7 +292,7 @@ def audit(
     marked failed; ``logs``: a task's last try's log (to quote why it failed); ``origin``: time zero of
     the times printed; ``silences``: when the faults kept a cluster's API or a node from answering;
     ``grace``: the load's ``unreachable_grace`` (a failure behind a longer silence is no
-    ``failed_by_fault``)."""
+    ``failed_by_fault``); ``nodes_deleted``: the clusters where a fault deleted a node for good."""
     result = Audit()
     silences = list(silences)
     expected = {e.key: e for e in expectations}
@@ -365,7 +368,9 @@ def audit(
         elif state == "failed":
             result.failed += 1
             log = logs(key) if logs else ""
-            explanation = _explain(exp, pods, key in marked, regions, allowed_regions, log)
+            explanation = _explain(
+                exp, pods, key in marked, regions, allowed_regions, log, set(nodes_deleted)
+            )
             if explanation is None:
                 result.unexplained += 1
                 excused = grace is not None and any(
@@ -459,6 +464,7 @@ def _explain(
     regions: Mapping[str, str],
     allowed: Mapping[str, list[str] | None],
     log: str = "",
+    shrunk: Collection[str] = (),
 ) -> str | None:
     if marked:
         return "marked failed from the REST API by the soak (a fault)"
@@ -468,6 +474,14 @@ def _explain(
     if exp.expect == "wait-timeout" and not any(p.ran for p in pods) and WAIT_GAVE_UP in log:
         where = sorted(c for c, r in regions.items() if _allowed(r, exp.datasets, allowed))
         return f"its wait timed out on purpose: no pod ran; its only allowed cluster(s) {where} had no room"
+    # A deleted node is capacity gone for good (a kubelet would register its node again; kwok's do not):
+    # a gang that no longer fits the only members its data allows is impossible, and fails at once.
+    where = sorted(c for c, r in regions.items() if _allowed(r, exp.datasets, allowed))
+    if IMPOSSIBLE in log and GANG_NEVER_FITS in log and where and set(where) <= set(shrunk):
+        return (
+            f"its gang no longer fits the only member(s) its data allows ({', '.join(where)}): a fault "
+            "deleted a node there; impossible, failed at once"
+        )
     return None
 
 

@@ -316,6 +316,7 @@ def collect_and_audit(
         origin=origin,
         silences=silences(injector, origin),
         grace=plan.unreachable_grace,
+        nodes_deleted=[r.target.partition("/")[0] for r in injector.applied if r.kind == "delete-node"],
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 from airflow.triggers.base import TriggerEvent
 
+from airflow_provider_fedsched.triggers.events import Unschedulable
 from airflow_provider_fedsched.triggers.pod import FederatedPodTrigger
 
 AFTER_DONE: Callable[[str], None] | None = None
@@ -89,3 +90,24 @@ class StartedLateTrigger(LateFirstReadTrigger):
 
 BEFORE_LOOKING_FOR_EARLIER: Callable[[int], None] | None = None
 """Set by the test: called with the try number before a try looks for an earlier try's pod."""
+
+
+UNSCHEDULABLE_ONCE: Callable[[str, str, str], None] | None = None
+"""Set by the test: the next :class:`UnschedulableOnceTrigger` calls it with (cluster, namespace, pod),
+then fires ``unschedulable``; cleared once used."""
+
+
+class UnschedulableOnceTrigger(FederatedPodTrigger):
+    """Fires ``unschedulable`` once whatever the test waited for happened (the pod runs), as the test-bed
+    soak's triggers did while a member's kube-scheduler was stopped and started again before their tasks
+    resumed; later ones are the real trigger."""
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        global UNSCHEDULABLE_ONCE
+        first, UNSCHEDULABLE_ONCE = UNSCHEDULABLE_ONCE, None
+        if first is not None:
+            await asyncio.to_thread(first, self.cluster, self.pod_namespace, self.pod_name)
+            yield self._event(Unschedulable, "not scheduled within 20s")
+            return
+        async for event in super().run():
+            yield event

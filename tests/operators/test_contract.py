@@ -398,6 +398,65 @@ def silent_after_done(fed: SimFederation, seconds: float) -> Iterator[list[threa
             handle.faults.up()
 
 
+def test_a_pod_deleted_by_someone_else_after_its_trigger_saw_it_succeed_is_not_run_again(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """Test-bed soak finding (its delete-node fault, five tasks): deferred tasks' pods ran to Succeeded and
+    their triggers fired ``done``; the tasks were slow to resume (a busy scheduler), and meanwhile their node
+    was deleted and the garbage collector deleted the pods. The resumed try took the 404 of its fresh read
+    for the task's own failure, and the retry ran the work again. Seen Succeeded, the work is done: the try
+    succeeds, its logs unread."""
+    from tests.operators import outage_trigger
+
+    dag_id = "fed_done_then_deleted"
+    deleted: list[str] = []
+
+    def delete(cluster: str) -> None:
+        for pod in sim_federation[cluster].pods():
+            if (pod["metadata"].get("labels") or {}).get("dag_id") == dag_id:
+                meta = pod["metadata"]
+                sim_federation[cluster].delete_pod(meta["namespace"], meta["name"], grace=0)
+                deleted.append(meta["name"])
+
+    outage_trigger.AFTER_DONE = delete
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        outage_trigger.AFTER_DONE = None
+    assert len(deleted) == 1
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert "deleted by someone else" in record["attempts"][0]["reason"]
+    assert creates() == 1
+    assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_pod_that_ends_while_a_resumed_try_defers_again_is_judged_once(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """Test-bed soak finding (east-b's kube-scheduler stopped, ``deferred_resumable[14]``): the trigger
+    fired ``unschedulable``; when the task resumed the pod ran, so it watched on, and the pod ended before
+    it deferred again: judged there, a success, the pod deleted. The resumed step then judged it a second
+    time from its stale read, found no pod, failed the try, and the retry ran the work again."""
+    from tests.operators import outage_trigger
+
+    def once_it_runs(cluster: str, namespace: str, pod: str) -> None:
+        sim_federation[cluster].wait_for_phase(namespace, pod, "Running", timeout=60)
+
+    outage_trigger.UNSCHEDULABLE_ONCE = once_it_runs
+    try:
+        state, record, _ = run("fed_ends_before_it_defers_again")
+    finally:
+        outage_trigger.UNSCHEDULABLE_ONCE = None
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
+    output = capfd.readouterr().out
+    assert "runs on (the trigger said unschedulable)" in output
+    assert "already ended: judged without deferring" in output and "work done" in output
+    assert "Try: succeeded -> failed" not in output
+
+
 def test_a_preemptible_pod_seen_ended_is_adopted_after_its_cluster_comes_back(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
 ) -> None:

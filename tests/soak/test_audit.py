@@ -74,6 +74,7 @@ def run_audit(
     logs: Mapping[TaskKey, str] | None = None,
     silences: list[Silence] = (),  # type: ignore[assignment]
     grace: float | None = None,
+    nodes_deleted: list[str] = (),  # type: ignore[assignment]
 ) -> Any:
     return audit(
         journals,
@@ -86,6 +87,7 @@ def run_audit(
         logs=(lambda key: (logs or {}).get(key, "")),
         silences=silences,
         grace=grace,
+        nodes_deleted=nodes_deleted,
     )
 
 
@@ -337,6 +339,31 @@ def test_an_unexplained_failure_is_failed_by_fault_unless_a_silence_past_the_gra
     # "long" had a pod on a node silent for 85 s (past the 30 s grace); "short"'s silences were within it.
     assert (result.unexplained, result.failed_by_fault) == (2, 1)
     assert "failed_by_fault=1 " in result.summary("local", 2, 1.0)
+
+
+def test_a_gang_that_no_longer_fits_after_a_node_of_its_only_allowed_member_was_deleted_is_explained() -> (
+    None
+):
+    """The full test-bed CeleryExecutor soak: a fault deleted a node of west, the only member
+    ``eu-customers`` allows; ``gang_job[0]``'s gang could never fit there again: impossible, not a failure
+    the provider owes."""
+    impossible = (
+        "ERROR Task failed with exception\nFederationError: no member cluster can ever run this task: "
+        "impossible: no cluster could ever take this task (0/2 clusters: 1 Sovereignty, 1 GangCapacity)\n"
+    )
+    tis = [ti("gang", 0, "failed"), ti("gang", 1, "failed")]
+    expected = [Expectation("gang", 0, datasets=("eu-data",)), Expectation("gang", 1, datasets=("eu-data",))]
+    logs = {("gang", 0): impossible, ("gang", 1): impossible}
+    allowed = {**ALLOWED, "eu-data": ["eu-west-1"]}
+    result = audit(
+        [], tis, expected, REGIONS, allowed, key_of, logs=lambda k: logs[k], nodes_deleted=["west"]
+    )
+    assert (result.failed, result.unexplained, result.failed_by_fault) == (2, 0, 0)
+    failed = {f.task: f.text for f in result.findings if f.kind == "failed"}
+    assert "no longer fits the only member(s) its data allows (west)" in failed[("gang", 0)]
+    # the same failure with no node deleted there is the provider's to explain
+    again = audit([], tis, expected, REGIONS, allowed, key_of, logs=lambda k: logs[k], nodes_deleted=["east"])
+    assert (again.unexplained, again.failed_by_fault) == (2, 2)
 
 
 def gang_pod(key: str, job: str, index: int, start: float, end: float, outcome: str) -> dict[str, Any]:

@@ -352,6 +352,37 @@ trigger_dag(
 trigger_dag(
     "fed_lost_then_back", _SilentOnceOperator, annotations=sim(duration=30, logs=["work done"]), **PREEMPTIBLE
 )
+# The pod ran to Succeeded and its trigger fired ``done``; then the pod was deleted by someone else (the
+# test-bed soak: the garbage collector of its deleted node) before the task resumed: not preemptible.
+trigger_dag("fed_done_then_deleted", _OutageAfterDoneOperator, unreachable_grace=60, annotations=DONE)
+
+
+class _EndsBeforeItDefersAgainOperator(FederatedKubernetesOperator):
+    """Resumed by a stale ``unschedulable`` event while its pod runs, it watches on, and the pod ends before
+    it defers again (a slow worker between two reads, as in the test-bed soak)."""
+
+    trigger_class = "tests.operators.outage_trigger.UnschedulableOnceTrigger"
+
+    def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
+        self._resumed = True
+        return super().trigger_reentry(context, event)
+
+    def invoke_defer_method(self, last_log_time: Any = None, context: Any = None) -> None:
+        if getattr(self, "_resumed", False):
+            import time
+
+            deadline = time.monotonic() + 60
+            while self.pod_manager.read_pod(self.pod_request_obj).status.phase != "Succeeded":
+                assert time.monotonic() < deadline, "the pod never ended"
+                time.sleep(0.2)
+        super().invoke_defer_method(last_log_time, context)
+
+
+trigger_dag(
+    "fed_ends_before_it_defers_again",
+    _EndsBeforeItDefersAgainOperator,
+    annotations=sim(duration=4, logs=["work done"]),
+)
 
 
 class _LateFirstReadOperator(FederatedKubernetesOperator):
