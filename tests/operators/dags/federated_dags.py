@@ -371,9 +371,9 @@ class _EndsBeforeItDefersAgainOperator(FederatedKubernetesOperator):
         if getattr(self, "_resumed", False):
             import time
 
-            deadline = time.monotonic() + 60
-            while self.pod_manager.read_pod(self.pod_request_obj).status.phase != "Succeeded":
-                assert time.monotonic() < deadline, "the pod never ended"
+            deadline = time.monotonic() + 120
+            while (phase := self.pod_manager.read_pod(self.pod_request_obj).status.phase) != "Succeeded":
+                assert time.monotonic() < deadline, f"the pod never ended (phase {phase})"
                 time.sleep(0.2)
         super().invoke_defer_method(last_log_time, context)
 
