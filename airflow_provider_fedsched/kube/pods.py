@@ -176,6 +176,8 @@ class FederatedPodManager(PodManager):
         self.watch = watch or Watch(grace=0.0)
         self._describe = describe  # (exc) -> human reason naming the server
         self.removed: set[tuple[str, str]] = set()
+        self.phase_when_removed: dict[tuple[str, str], str] = {}
+        """The last phase :meth:`remove` saw of each pod it deleted (the delete's answer, a read after it)."""
         """Pods this manager deleted (a later 404 is ours, not a vanished pod)."""
         self._read_through: Any = None  # the timestamp of the last log line read, while reading the rest
         self._stages: dict[str, dict[str, int]] = {}  # pod uid -> the latest stage read (see _lifecycle)
@@ -497,17 +499,24 @@ class FederatedPodManager(PodManager):
         while True:
             try:
                 if not deleted:
-                    self._client.delete_namespaced_pod(
+                    answer = self._client.delete_namespaced_pod(
                         name, namespace, grace_period_seconds=STOP_GRACE_SECONDS
                     )
                     deleted = True
-                self._client.read_namespaced_pod(name, namespace)
+                    self._note_phase(namespace, name, answer)
+                self._note_phase(namespace, name, self._client.read_namespaced_pod(name, namespace))
             except Exception as exc:
                 if is_gone(exc):
                     return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(CONFIRM_INTERVAL)
+
+    def _note_phase(self, namespace: str, name: str, pod: Any) -> None:
+        # A pod may end in the very moment it is deleted: its last phase tells whether its work was done.
+        phase = getattr(getattr(pod, "status", None), "phase", None)
+        if isinstance(phase, str) and phase:
+            self.phase_when_removed[(namespace, name)] = phase
 
     # Reasons -----------------------------------------------------------------------------------------
     def reason(self, exc: BaseException) -> str:

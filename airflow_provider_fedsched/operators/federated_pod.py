@@ -1096,6 +1096,8 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             gone = self.pod_manager.remove(attempt.namespace, attempt.pod, within=0.0)
             if not gone:
                 self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+            if self._succeeded_as_removed(context, attempt, failure):
+                return None
             if not self.preemptible:
                 reason = (
                     f"{failure.reason}; the pod may still run there, so the work is not started elsewhere "
@@ -1106,13 +1108,33 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 return FederationError(reason)
         elif not self.pod_manager.remove(attempt.namespace, attempt.pod, within=GONE_TIMEOUT):
             self.federation_hook.add_orphan(attempt.cluster, attempt.namespace, attempt.pod)
+            if self._succeeded_as_removed(context, attempt, failure):
+                return None
             if not self.preemptible:
                 reason = f"{failure.reason}; the pod is not confirmed gone: the work is not started elsewhere"
                 self._finish(context, attempt, "lost", reason)
                 return FederationError(reason)
+        elif self._succeeded_as_removed(context, attempt, failure):
+            return None
         self._enter(TryState.LEAVING, f"{failure.kind}: {failure.reason}")
         self._leave(context, attempt, failure)
         return ClusterLeft(failure)
+
+    def _succeeded_as_removed(self, context: Any, attempt: Attempt, failure: ClusterFailure) -> bool:
+        """The pod this try deleted to leave its cluster had Succeeded by then (the delete's answer, or a
+        read after it, said so): its work is done, so the try succeeds instead of starting it elsewhere (the
+        full test-bed soak's ``sync_resumable[5]``: its pod ended as east-a's etcd came back and the delete
+        landed, and the work ran a second time in west). Not for ``do_xcom_push`` tasks."""
+        phase = self.pod_manager.phase_when_removed.get((attempt.namespace, attempt.pod))
+        if phase != "Succeeded" or self.do_xcom_push:
+            return False
+        reason = (
+            f"pod {attempt.pod} Succeeded as it was deleted to leave {attempt.cluster} ({failure.kind}: "
+            f"{failure.reason}): its work is done, not started elsewhere"
+        )
+        self.log.warning("%s", reason)
+        self._finish(context, attempt, "succeeded", reason)
+        return True
 
     def _done_while_airflow_failed(self, context: Any, attempt: Attempt, exc: BaseException) -> None:
         """Airflow's own API failed a step of the try (a metadata database restarting: KubernetesPodOperator's

@@ -275,6 +275,42 @@ def test_a_preemptible_task_moves_at_once_and_fences_its_old_pod(
     assert pods_of(sim_federation, dag_id) == []
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_preemptible_pod_that_succeeded_as_it_was_fenced_is_not_run_elsewhere(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
+) -> None:
+    """Full test-bed soak finding (``sync_resumable[5]``, east-a's etcd killed): the preemptible task's reads
+    went unanswered, it left east-a and deleted its pod to fence it; the pod had run to Succeeded by the
+    time the delete was answered (the answer says so), and the task ran the work again in west. Here
+    east-cpu answers no read from the very update that ends the pod, and answers the delete."""
+    dag_id = f"fed_succeeded_as_fenced_{mode}"
+    handle = sim_federation["east-cpu"]
+    silenced: list[str] = []
+
+    def reads_fail_once_it_succeeds(event: Any) -> None:  # in the simulator's thread
+        pod = event.obj
+        labels = pod["metadata"].get("labels") or {}
+        if silenced or event.plural != "pods" or labels.get("dag_id") != dag_id:
+            return
+        if (pod.get("status") or {}).get("phase") == "Succeeded":
+            handle.cluster.faults.fail(503, times=10**6, method="GET")
+            silenced.append(pod["metadata"]["name"])
+
+    handle.call(handle.store.listeners.append, reads_fail_once_it_succeeds)
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        handle.call(handle.store.listeners.remove, reads_fail_once_it_succeeds)
+        handle.faults.clear()
+    assert silenced, "the pod never Succeeded"
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert "Succeeded as it was deleted to leave east-cpu" in record["attempts"][0]["reason"]
+    assert creates() == 1
+    sweep_orphans()
+    assert pods_of(sim_federation, dag_id) == []
+
+
 def test_a_waiting_try_shows_on_the_federation_page_while_it_waits(
     sim_federation: SimFederation, federation: Path
 ) -> None:

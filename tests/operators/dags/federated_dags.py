@@ -211,6 +211,18 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
         **extra,
     )
 
+# A preemptible task's cluster stops answering its reads in the very moment its pod Succeeds; the delete
+# that fences the pod is answered, and says so (test_contract.py; the full test-bed soak's sync_resumable[5]).
+for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_interval": 0.5})):
+    federated_dag(
+        f"fed_succeeded_as_fenced_{mode}",
+        clusters=["east-cpu", "west-general"],
+        preemptible=True,
+        checkpoint="s3://bucket/ckpt",
+        annotations=sim(duration=3, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
+        **extra,
+    )
+
 # A preemptible task moves during a short outage of east-cpu; its fenced pod there Succeeds while the copy
 # on west-general runs: that copy is stopped and the first one's result taken (test_contract.py; the
 # soak's sync_resumable[5]). West's copy waits for its scheduler as long as the test holds it.
