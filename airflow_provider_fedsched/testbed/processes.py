@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,8 +29,29 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+LOWEST_PORT = 20000
+
+
+def ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    """The lowest port the kernel hands to outgoing connections (32768 when it cannot be read)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A port the kernel just handed out on 127.0.0.1 (the component binds it right after)."""
+    """A free port on 127.0.0.1 below the kernel's ephemeral range, for a component that binds it later.
+
+    A port the kernel hands out (``bind(0)``) is in that range, where any outgoing connection may be given
+    it before the component binds it: a full soak's test bed failed to start so ("address already in
+    use" for a node endpoint). Below the range only another server can take it."""
+    low = ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(LOWEST_PORT, low) if low > LOWEST_PORT + 100 else 0
+        if port and port_free(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
