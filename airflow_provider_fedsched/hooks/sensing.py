@@ -134,6 +134,11 @@ def sweep_ended_tries(hook: HookParts, cluster: str, deferred: list[dict[str, An
             cluster,
             state,
         )
+        if entry.get("ended") == "Succeeded":
+            # Its trigger saw it Succeeded and the try ended before it resumed: the next try takes that
+            # success even if the pod is gone by then (the test-bed soak: a try reset by a stalled
+            # scheduler, its pod deleted with its node, and the retry ran the work again).
+            hook.state.orphans.swept_succeeded(cluster, entry["namespace"], entry["pod"], entry["kind"])
         hook.state.orphans.add(cluster, entry["namespace"], entry["pod"], entry["kind"])
         hook.state.deferred.forget(cluster, entry["namespace"], entry["pod"], entry["kind"])
 

@@ -764,22 +764,34 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
     def _left_pod_succeeded(self, context: Any) -> bool:
         """A pod (or Job) this task left in a silent cluster (fenced, or lost past the grace), in this try
         or an earlier one, ran to the end meanwhile: the snapshot that deleted it found it Succeeded (a Job:
-        complete) and wrote that down (``hooks/sensing.py``). Its work is not run again. Not for
-        ``do_xcom_push`` tasks."""
+        complete) and wrote that down (``hooks/sensing.py``), or its trigger saw it Succeeded before the
+        try that deferred on it ended unresumed (``DeferredStore.ended``). Its work is not run again. Not
+        for ``do_xcom_push`` tasks."""
         if self.do_xcom_push:
             return False
-        orphans = self.federation_hook.state.orphans
-        kind = self.earlier_kind
+        state = self.federation_hook.state
+        orphans, kind = state.orphans, self.earlier_kind
         for attempt in self._left_unread():
-            if orphans.was_swept_succeeded(attempt.cluster, attempt.namespace, attempt.pod, kind):
+            where = (attempt.cluster, attempt.namespace, attempt.pod)
+            if orphans.was_swept_succeeded(*where, kind):
                 ended = "Succeeded" if kind == "pod" else "completed"
                 reason = (
                     f"{kind} {attempt.pod} {ended} in {attempt.cluster} while that cluster was silent to "
                     "this task (the snapshot that deleted it saw it end): its work is not run again"
                 )
-                self._succeed_with(context, attempt, reason)
-                orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod, kind)
-                return True
+            elif kind == "pod" and (state.deferred.get(*where) or {}).get("ended") == "Succeeded":
+                # Its trigger saw it Succeeded, and the try ended before it resumed (the scheduler reset
+                # it); the pod may be gone since (the garbage collector of a deleted node).
+                reason = (
+                    f"pod {attempt.pod} Succeeded in {attempt.cluster}, as its trigger saw, and that try "
+                    "ended before it resumed: its work is not run again"
+                )
+            else:
+                continue
+            self._succeed_with(context, attempt, reason)
+            orphans.forget_swept(*where, kind)
+            state.deferred.forget(*where, kind)
+            return True
         return False
 
     def _left_unread(self) -> list[Attempt]:
@@ -985,7 +997,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             attempt = self._adopt_earlier(context)
             if attempt is not None and attempt.outcome == "succeeded":
                 return None  # an earlier try's pod Succeeded: its success was taken
-            if attempt is None and self._earlier_succeeded(context):
+            if attempt is None and (self._earlier_succeeded(context) or self._left_pod_succeeded(context)):
                 return None
         if attempt is not None:
             self.log.info(

@@ -467,6 +467,39 @@ def test_a_pod_deleted_by_someone_else_after_its_trigger_saw_it_succeed_is_not_r
     assert pods_of(sim_federation, dag_id) == []
 
 
+def test_a_pod_its_trigger_saw_succeed_is_not_run_again_by_the_next_try_when_it_is_gone(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """Test-bed soak finding (LocalExecutor, three tasks over two runs): the trigger fired ``done`` on a
+    Succeeded pod; the scheduler, stalled for a minute, reset the queued resumption and the try ended
+    unresumed; the pod's node was deleted, and with it the pod; the next try found no pod and ran the work
+    again. The trigger wrote down that the pod Succeeded: the next try takes that success."""
+    from tests.operators import outage_trigger
+
+    dag_id = "fed_done_then_try_ended"
+    deleted: list[str] = []
+
+    def delete(cluster: str) -> None:
+        for pod in sim_federation[cluster].pods():
+            if (pod["metadata"].get("labels") or {}).get("dag_id") == dag_id:
+                meta = pod["metadata"]
+                sim_federation[cluster].delete_pod(meta["namespace"], meta["name"], grace=0)
+                deleted.append(meta["name"])
+
+    outage_trigger.AFTER_DONE = delete
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        outage_trigger.AFTER_DONE = None
+    assert len(deleted) == 1
+    assert state == "success" and record is not None
+    assert record["try_number"] == 2
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert "as its trigger saw" in record["reason"], record["reason"]
+    assert creates() == 1
+    assert FederationHook().state.deferred.of("east-cpu") == []
+
+
 def test_a_pod_that_ends_while_a_resumed_try_defers_again_is_judged_once(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
 ) -> None:

@@ -57,11 +57,11 @@ def triggerer_running(log_path: Path, **env: str) -> Iterator[subprocess.Popen[b
             triggerer.wait(timeout=30)
 
 
-def the_pod(fed: SimFederation, run_id: str) -> tuple[str, dict[str, Any]] | None:
+def the_pod(fed: SimFederation, run_id: str, dag_id: str = DAG_ID) -> tuple[str, dict[str, Any]] | None:
     for name, handle in fed.handles.items():
         for pod in handle.pods():
             labels = pod["metadata"].get("labels") or {}
-            if labels.get("dag_id") == DAG_ID and labels.get("run_id") == run_id:
+            if labels.get("dag_id") == dag_id and labels.get("run_id") == run_id:
                 return name, pod
     return None
 
@@ -80,15 +80,15 @@ def defer(run_id: str, dag_id: str = DAG_ID, dag_file: Path = DAG_FILE) -> Any:
     return ti
 
 
-def deferred_run(fed: SimFederation, prefix: str) -> tuple[str, str, str, str]:
+def deferred_run(fed: SimFederation, prefix: str, dag_id: str = DAG_ID) -> tuple[str, str, str, str]:
     """A new run of the DAG whose task deferred with no triggerer: (run id, cluster, namespace, pod)."""
-    airflow_harness.load_dag(DAG_FILE, DAG_ID)
+    airflow_harness.load_dag(DAG_FILE, dag_id)
     airflow_harness.serialize_dags()
     now = datetime.now(UTC)
     run_id = f"manual__{prefix}-{now.timestamp():.0f}"
-    airflow_harness.create_dag_run(DAG_ID, run_id, now)
-    defer(run_id)
-    found = the_pod(fed, run_id)
+    airflow_harness.create_dag_run(dag_id, run_id, now)
+    defer(run_id, dag_id)
+    found = the_pod(fed, run_id, dag_id)
     assert found is not None
     cluster, pod = found
     return run_id, cluster, pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -235,3 +235,27 @@ def test_a_try_whose_trigger_never_ran_is_swept_by_the_next_snapshot(
     hook.collect()
     assert sim_federation[cluster].pod(namespace, name) is None
     assert hook.state.deferred.of(cluster) == [] and hook.orphans(cluster) == []
+
+
+def test_a_pod_seen_succeeded_of_a_try_that_ended_unresumed_stays_known_after_the_sweep(
+    sim_federation: SimFederation, federation: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Test-bed soak finding: a deferred try's pod Succeeded (written down on its deferral entry), the try
+    ended before it resumed, and the pod was deleted by someone else (its node's garbage collector). The
+    sweep that turns the entry into an orphan keeps that success, for the next try to take."""
+    from airflow_provider_fedsched.hooks import sensing
+    from airflow_provider_fedsched.hooks.federation import FederationHook
+
+    dag_id = "fed_deferred_done"
+    run_id, cluster, namespace, name = deferred_run(sim_federation, "done", dag_id)
+    sim_federation[cluster].wait_for_phase(namespace, name, "Succeeded", timeout=60)
+    hook = FederationHook()
+    hook.collect()  # no trigger runs: the snapshot's sweep sees the pod end and writes it down
+    assert [e.get("ended") for e in hook.state.deferred.of(cluster)] == ["Succeeded"]
+
+    sim_federation[cluster].delete_pod(namespace, name, grace=0)
+    mark_failed_as_the_rest_api_does(run_id, dag_id)
+    monkeypatch.setattr(sensing, "ENDED_TRY_AGE", 0.0)
+    hook.collect()
+    assert hook.state.deferred.of(cluster) == [] and hook.orphans(cluster) == []
+    assert hook.state.orphans.was_swept_succeeded(cluster, namespace, name)

@@ -298,6 +298,14 @@ federated_dag(
     poll_interval=0.5,
     annotations=sim(duration=30),
 )
+# ... and one whose pod Succeeded before its try ended unresumed (test_ended_while_deferred.py).
+federated_dag(
+    "fed_deferred_done",
+    clusters=["east-cpu"],
+    deferrable=True,
+    poll_interval=0.5,
+    annotations=sim(duration=1),
+)
 
 
 def trigger_dag(dag_id: str, operator: type[FederatedKubernetesOperator], **operator_args: Any) -> DAG:
@@ -367,6 +375,30 @@ trigger_dag(
 # The pod ran to Succeeded and its trigger fired ``done``; then the pod was deleted by someone else (the
 # test-bed soak: the garbage collector of its deleted node) before the task resumed: not preemptible.
 trigger_dag("fed_done_then_deleted", _OutageAfterDoneOperator, unreachable_grace=60, annotations=DONE)
+
+
+class _EndedBeforeItResumesOperator(FederatedKubernetesOperator):
+    """Try 1 ends before it resumes, its trigger's ``done`` never read (the test-bed soak: a scheduler
+    stalled for a minute reset the queued resumption, and the next try started from the beginning)."""
+
+    trigger_class = "tests.operators.outage_trigger.OutageAfterDoneTrigger"
+
+    def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
+        if context["ti"].try_number == 1:
+            raise RuntimeError("test: the try ended before it resumed")
+        return super().trigger_reentry(context, event)
+
+
+# Its pod Succeeded and the trigger fired ``done``; the try ended unresumed and the pod was deleted by
+# someone else (the garbage collector of its deleted node): the retry must not run the work again.
+trigger_dag(
+    "fed_done_then_try_ended",
+    _EndedBeforeItResumesOperator,
+    unreachable_grace=60,
+    retries=1,
+    retry_delay=timedelta(seconds=1),
+    annotations=DONE,
+)
 
 
 class _EndsBeforeItDefersAgainOperator(FederatedKubernetesOperator):
