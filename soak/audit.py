@@ -21,9 +21,10 @@ It counts, per task (one ``(dag, task, map_index, run)``):
   did not answer (``silences``): the task moved, as preemptible allows, and the old pod was fenced; a
   later pod stopped before it finished is never counted, and a pair that both ran to Succeeded is listed
   (``moved``) without failing the run, unless a client was sent the earlier pod's end once its cluster
-  answered again while the later one still ran (the task then knew the result and had to stop the later
-  copy). A pod whose end some client of the cluster (other than this soak's own, ``SOAK_AGENT``) had
-  been sent before the silence is no such move: its result could be known, and a later pod duplicates it;
+  answered again while the later one still ran for more than ``REACTION_SECONDS`` (the task could then
+  know the result and had to stop the later copy). A pod whose end some client of the cluster (other
+  than this soak's own, ``SOAK_AGENT``) had been sent before the silence is no such move: its result
+  could be known, and a later pod duplicates it;
 - ``leaked``: pods of the load still in a cluster (not removed from its API, or still running on a node);
 - ``sovereignty_violations``: pods that ran in a cluster whose region one of the task's datasets forbids;
 - node over-commit: moments when a node's admitted pods requested more than its allocatable.
@@ -61,6 +62,11 @@ MOVED = "a preemptible move: its cluster stopped answering before anybody was se
 KNOWN_WHILE_RUNNING = (
     "both ran to Succeeded, the second after the first one's end was read once its cluster answered again"
 )
+REACTION_SECONDS = 2.0
+"""How soon a task can act on a pod's end that some client of the provider was sent: its trigger (or its
+worker) looks at its pods, fenced ones included, once per poll interval (KubernetesPodOperator's default,
+the soak's tasks': 2 s). A moved copy that ends within this time of that read could not have been
+stopped (the CeleryExecutor soak at acc8f6d: 0.39 s)."""
 OUTLIVE_TOLERANCE = 60.0
 """Seconds a pod may still run after its task ended in Airflow (a heartbeat and a deletion)."""
 
@@ -174,10 +180,11 @@ class Silence:
         return earlier.created_at < self.start and unseen and self.start <= later.created_at <= self.end
 
     def known_while_running(self, earlier: PodRun, later: PodRun) -> bool:
-        """Once the cluster answered again, a client was sent ``earlier``'s end while ``later`` still ran:
-        from then on the task knew ``earlier``'s result and had to stop ``later``."""
+        """Once the cluster answered again, a client was sent ``earlier``'s end while ``later`` still ran,
+        and ran on for more than :data:`REACTION_SECONDS`: the task could know ``earlier``'s result in
+        time and had to stop ``later``."""
         seen = earlier.end_seen_at
-        return seen is not None and self.end < seen < later.ended_by()
+        return seen is not None and self.end < seen and seen + REACTION_SECONDS < later.ended_by()
 
 
 @dataclass(frozen=True)

@@ -434,6 +434,28 @@ def silent_after_done(fed: SimFederation, seconds: float) -> Iterator[list[threa
             handle.faults.up()
 
 
+def run_deleting_after_done(fed: SimFederation, dag_id: str) -> tuple[str, dict[str, Any] | None, list[str]]:
+    """Run ``dag_id``, whose trigger fires ``done``; then someone else (the garbage collector of a deleted
+    node) deletes the run's pods before the task resumes. Returns the state, the record, the pods deleted."""
+    from tests.operators import outage_trigger
+
+    deleted: list[str] = []
+
+    def delete(cluster: str) -> None:
+        for pod in fed[cluster].pods():
+            if (pod["metadata"].get("labels") or {}).get("dag_id") == dag_id:
+                meta = pod["metadata"]
+                fed[cluster].delete_pod(meta["namespace"], meta["name"], grace=0)
+                deleted.append(meta["name"])
+
+    outage_trigger.AFTER_DONE = delete
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        outage_trigger.AFTER_DONE = None
+    return state, record, deleted
+
+
 def test_a_pod_deleted_by_someone_else_after_its_trigger_saw_it_succeed_is_not_run_again(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
 ) -> None:
@@ -442,23 +464,8 @@ def test_a_pod_deleted_by_someone_else_after_its_trigger_saw_it_succeed_is_not_r
     was deleted and the garbage collector deleted the pods. The resumed try took the 404 of its fresh read
     for the task's own failure, and the retry ran the work again. Seen Succeeded, the work is done: the try
     succeeds, its logs unread."""
-    from tests.operators import outage_trigger
-
     dag_id = "fed_done_then_deleted"
-    deleted: list[str] = []
-
-    def delete(cluster: str) -> None:
-        for pod in sim_federation[cluster].pods():
-            if (pod["metadata"].get("labels") or {}).get("dag_id") == dag_id:
-                meta = pod["metadata"]
-                sim_federation[cluster].delete_pod(meta["namespace"], meta["name"], grace=0)
-                deleted.append(meta["name"])
-
-    outage_trigger.AFTER_DONE = delete
-    try:
-        state, record, _ = run(dag_id)
-    finally:
-        outage_trigger.AFTER_DONE = None
+    state, record, deleted = run_deleting_after_done(sim_federation, dag_id)
     assert len(deleted) == 1
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "succeeded")]
@@ -474,23 +481,8 @@ def test_a_pod_its_trigger_saw_succeed_is_not_run_again_by_the_next_try_when_it_
     Succeeded pod; the scheduler, stalled for a minute, reset the queued resumption and the try ended
     unresumed; the pod's node was deleted, and with it the pod; the next try found no pod and ran the work
     again. The trigger wrote down that the pod Succeeded: the next try takes that success."""
-    from tests.operators import outage_trigger
-
     dag_id = "fed_done_then_try_ended"
-    deleted: list[str] = []
-
-    def delete(cluster: str) -> None:
-        for pod in sim_federation[cluster].pods():
-            if (pod["metadata"].get("labels") or {}).get("dag_id") == dag_id:
-                meta = pod["metadata"]
-                sim_federation[cluster].delete_pod(meta["namespace"], meta["name"], grace=0)
-                deleted.append(meta["name"])
-
-    outage_trigger.AFTER_DONE = delete
-    try:
-        state, record, _ = run(dag_id)
-    finally:
-        outage_trigger.AFTER_DONE = None
+    state, record, deleted = run_deleting_after_done(sim_federation, dag_id)
     assert len(deleted) == 1
     assert state == "success" and record is not None
     assert record["try_number"] == 2
