@@ -858,14 +858,15 @@ def test_a_pod_that_succeeded_while_airflow_failed_the_try_is_a_success_not_run_
     assert pods_of(sim_federation, dag_id) == []
 
 
-def test_a_retry_that_defers_before_it_launches_still_takes_a_swept_success_of_a_dead_try(
+def test_a_retry_with_no_room_takes_a_swept_success_of_a_dead_try_before_it_waits(
     sim_federation: SimFederation, federation: Path
 ) -> None:
     """The full test-bed soak's ``deferred_plain[18]``: try 1 died while its pod ran; the pod Succeeded,
     and a snapshot deleted it as an orphan, writing down that it Succeeded. The retry found no pod, had to
     wait for room and deferred; resumed, it had forgotten try 1's record (its own replaces it in the task's
     state) and ran the work again. The retry carries what the earlier try left unread in its own record
-    (``left_by_earlier_tries``), so, placed at last, it takes the swept success. One pod, ever."""
+    (``left_by_earlier_tries``) and takes the swept success as it starts, before it waits for room (since
+    acc8f6d; before, it took it once placed, after its wait). One pod, ever."""
     dag_id = "fed_killed_retry_defers"
     run_id, command = task_test_run(dag_id, "swept-then-defers")
     east = sim_federation["east-cpu"]
@@ -873,7 +874,7 @@ def test_a_retry_that_defers_before_it_launches_still_takes_a_swept_success_of_a
 
     first = killed_while_its_pod_runs(sim_federation, dag_id, command, federation.parent / "first-worker.log")
     name = first["metadata"]["name"]
-    # No room in east-cpu, the task's only member: the retry waits, deferring.
+    # No room in east-cpu, the task's only member: a retry that placed first would wait, deferring.
     fillers = fill_nodes(east, leave_cpu=0)
     wait_for(
         lambda: all(
@@ -890,11 +891,6 @@ def test_a_retry_that_defers_before_it_launches_still_takes_a_swept_success_of_a
     retry_log = federation.parent / "retry.log"
     retry = subprocess.Popen(command, stdout=retry_log.open("w"), stderr=subprocess.STDOUT)
     try:
-        wait_for(
-            lambda: "Pausing task as DEFERRED" in retry_log.read_text(), timeout=240, message=str(retry_log)
-        )
-        for filler in fillers:
-            east.delete_pod("default", filler, grace=0)
         assert retry.wait(timeout=300) == 0, retry_log.read_text()[-3000:]
     finally:
         for filler in fillers:
@@ -904,7 +900,10 @@ def test_a_retry_that_defers_before_it_launches_still_takes_a_swept_success_of_a
             retry.kill()
             retry.wait(timeout=30)
 
-    assert pod_creates(sim_federation) - creates_before == 1, retry_log.read_text()[-3000:]
+    output = retry_log.read_text()
+    assert "Pausing task as DEFERRED" not in output, output[-3000:]
+    assert "the snapshot that deleted it saw it end" in output, output[-3000:]
+    assert pod_creates(sim_federation) - creates_before == 1, output[-3000:]
     record = placement_of_run(dag_id, run_id)
     assert record["outcome"] == "succeeded", record
     assert [(a["cluster"], a["pod"], a["outcome"]) for a in record["attempts"]] == [
