@@ -14,15 +14,16 @@ import hashlib
 import json
 import threading
 import weakref
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 from airflow_provider_fedsched.kube.access import ClusterAccess
 
 T = TypeVar("T")
 
-# Per event loop (weakly: a finished loop takes its clients with it), (cluster, kubeconfig fingerprint)
-# -> ApiClient; a changed kubeconfig gets a new client.
+# Per event loop, (cluster, kubeconfig fingerprint) -> ApiClient; a changed kubeconfig gets a new client.
+# A loop's entry goes when the loop ends (below): a client's session refers to its loop, so a weak key
+# alone would never let it go.
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
     weakref.WeakKeyDictionary()
 )
@@ -39,13 +40,39 @@ async def api_client(access: ClusterAccess) -> Any:
     """This loop's client for ``access``'s cluster (created on first use, then reused)."""
     from kubernetes_asyncio import client
 
-    clients = _clients.setdefault(asyncio.get_running_loop(), {})
+    loop = asyncio.get_running_loop()
+    if loop not in _clients:
+        await _close_at_loop_end(loop)
+    clients = _clients.setdefault(loop, {})
     key = (access.cluster, _fingerprint(access))
     found = clients.get(key)
     if found is None:
         found = client.ApiClient(configuration=await access.async_configuration())
         clients[key] = found
     return found
+
+
+# Per event loop, an async generator parked at its first ``yield``: the loop's clients are closed when the
+# loop shuts its async generators down (``asyncio.run`` does, as a triggerer's loop and ``dag.test``'s
+# inline trigger runs end), not left to the garbage collector, which warns of each unclosed session.
+_closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
+async def _close_at_loop_end(loop: asyncio.AbstractEventLoop) -> None:
+    closer = _closes_clients()
+    await closer.__anext__()
+    _closers[loop] = closer
+
+
+async def _closes_clients() -> AsyncIterator[None]:
+    try:
+        yield
+    finally:  # the loop is shutting its async generators down
+        loop = asyncio.get_running_loop()
+        _closers.pop(loop, None)
+        for found in _clients.pop(loop, {}).values():
+            with contextlib.suppress(Exception):
+                await found.close()
 
 
 async def discard_client(access: ClusterAccess) -> None:
