@@ -858,6 +858,24 @@ def test_a_pod_that_succeeded_while_airflow_failed_the_try_is_a_success_not_run_
     assert pods_of(sim_federation, dag_id) == []
 
 
+def test_a_pod_that_succeeded_as_the_try_airflow_failed_cleaned_it_up_is_a_success_not_run_again(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """The full test-bed soak at acc8f6d, ``deferred_resumable[28]``: Airflow's API answered 500 while the
+    pod ran; the fresh read still saw it Running, so the try failed, and its cleanup deleted the pod 2 s
+    after it Succeeded, unrecorded; the retry ran the work again. The cleanup's read (or its delete's
+    answer) shows the pod Succeeded: the work is done and the try succeeds. One pod, ever."""
+    dag_id = "fed_airflow_fails_as_pod_ends"
+    before = pod_creates(sim_federation)
+    state, record, _ = run(dag_id)
+
+    assert state == "success" and record is not None
+    assert record["try_number"] == 1 and path(record) == [(record["attempts"][0]["cluster"], "succeeded")]
+    assert "Succeeded while Airflow failed a step of the try" in record["attempts"][0]["reason"]
+    assert pod_creates(sim_federation) - before == 1
+    assert pods_of(sim_federation, dag_id) == []
+
+
 def test_a_retry_with_no_room_takes_a_swept_success_of_a_dead_try_before_it_waits(
     sim_federation: SimFederation, federation: Path
 ) -> None:

@@ -474,6 +474,8 @@ class _AirflowFailsWhilePodRunsOperator(FederatedKubernetesOperator):
     (``sync_resumable[22]``): in try 1, the push answers 500 once the pod has run to Succeeded (the Task SDK
     retried meanwhile)."""
 
+    phase_at_the_failure = "Succeeded"
+
     def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Any) -> k8s.V1Pod:
         from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
         from airflow.sdk.execution_time.comms import ErrorResponse
@@ -492,7 +494,8 @@ class _AirflowFailsWhilePodRunsOperator(FederatedKubernetesOperator):
             vars(ti).pop("xcom_push")  # once
             wait_for(
                 lambda: (
-                    self.pod_manager.observe(pod.metadata.namespace, pod.metadata.name).phase == "Succeeded"
+                    self.pod_manager.observe(pod.metadata.namespace, pod.metadata.name).phase
+                    == self.phase_at_the_failure
                 )
             )
             detail = {"status_code": 500, "message": "Server returned error", "detail": "Database error"}
@@ -501,6 +504,27 @@ class _AirflowFailsWhilePodRunsOperator(FederatedKubernetesOperator):
         object.__setattr__(ti, "xcom_push", failing_push)  # a pydantic model: its own setattr refuses
         return pod
 
+
+class _AirflowFailsAsPodEndsOperator(_AirflowFailsWhilePodRunsOperator):
+    """The push answers 500 while the pod runs, and the pod ends between the operator's fresh read (still
+    Running) and its cleanup (the full test-bed soak at acc8f6d, ``deferred_resumable[28]``)."""
+
+    phase_at_the_failure = "Running"
+
+    def _make_sure_gone(self, attempt: Any) -> Any:
+        from airflow_provider_fedsched.sim import wait_for
+
+        wait_for(lambda: self.pod_manager.observe(attempt.namespace, attempt.pod).phase == "Succeeded")
+        return super()._make_sure_gone(attempt)
+
+
+with DAG("fed_airflow_fails_as_pod_ends", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    _AirflowFailsAsPodEndsOperator(
+        task_id="work",
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        **pod_args(annotations=sim(duration=3, logs=["work done"])),
+    )
 
 # Its pod runs to Succeeded while Airflow's API fails the try (test_federated_operator.py); one retry, which
 # must not run the work again.
