@@ -290,22 +290,12 @@ federated_dag("fed_cluster_selector", cluster_selector={"gpu": "true"})
 federated_dag("fed_hard_quota", namespace="etl", wait_timeout=600)
 federated_dag("fed_broken_member")
 
-# A deferred try ended by a user while no triggerer runs (test_ended_while_deferred.py).
-federated_dag(
-    "fed_deferred_ended",
-    clusters=["east-cpu"],
-    deferrable=True,
-    poll_interval=0.5,
-    annotations=sim(duration=30),
-)
-# ... and one whose pod Succeeded before its try ended unresumed (test_ended_while_deferred.py).
-federated_dag(
-    "fed_deferred_done",
-    clusters=["east-cpu"],
-    deferrable=True,
-    poll_interval=0.5,
-    annotations=sim(duration=1),
-)
+# A deferred try ended by a user while no triggerer runs, and one whose pod Succeeded before its try ended
+# unresumed (test_ended_while_deferred.py).
+for _dag_id, _seconds in (("fed_deferred_ended", 30), ("fed_deferred_done", 1)):
+    federated_dag(
+        _dag_id, clusters=["east-cpu"], deferrable=True, poll_interval=0.5, annotations=sim(duration=_seconds)
+    )
 
 
 def trigger_dag(dag_id: str, operator: type[FederatedKubernetesOperator], **operator_args: Any) -> DAG:
