@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -109,6 +109,10 @@ class Watch:
     it is preemptible: its work is done, so moving it could only run it twice)."""
     ended_phase: str | None = None
     """``Succeeded`` or ``Failed`` once a read (or the pod trigger) saw the pod end."""
+    log_ended: str | None = None
+    """The container whose followed log stream ended on its own: the kubelet ends it when the container
+    exits, so its work is likely over and a silence is waited out as for a pod seen to end, until a read
+    shows the container running still (the stream was cut short)."""
 
     def reset(self, grace: float, result_grace: float | None = None) -> None:
         """A new attempt (or a new look at one): nothing seen yet."""
@@ -118,15 +122,20 @@ class Watch:
         self.last_pod = self.last_error = None
         self.gave_up = False
         self.ended_phase = None
+        self.log_ended = None
 
     @property
     def limit(self) -> float:
         """Seconds a read may go without an answer now."""
-        return self.result_grace if self.ended_phase is not None else self.grace
+        over = self.ended_phase is not None or self.log_ended is not None
+        return max(self.grace, self.result_grace) if over else self.grace
 
-    def seen(self, phase: str | None) -> None:
+    def seen(self, phase: str | None, running: Collection[str] = ()) -> None:
+        """A read showed the pod in ``phase`` with the containers ``running``."""
         if phase in ("Succeeded", "Failed"):
             self.ended_phase = phase
+        if self.log_ended is not None and self.log_ended in running:
+            self.log_ended = None
 
     def answered(self) -> None:
         self.unanswered_since = None
@@ -279,7 +288,7 @@ class FederatedPodManager(PodManager):
                 )
             time.sleep(CONFIRM_INTERVAL)
         self.watch.last_pod = remote
-        self.watch.seen(remote.status.phase if remote.status else None)
+        self.watch.seen(remote.status.phase if remote.status else None, _running_containers(remote))
         self._check_node(remote)
         return remote
 
@@ -381,12 +390,13 @@ class FederatedPodManager(PodManager):
             f"the logs of pod {pod.metadata.name}",
             server_errors=False,
         )
-        return self._noting_breaks(stream)
+        return self._noting_breaks(stream, container_name if kwargs.get("follow") else None)
 
-    def _noting_breaks(self, stream: Iterable[bytes]) -> Iterator[bytes]:
+    def _noting_breaks(self, stream: Iterable[bytes], followed: str | None = None) -> Iterator[bytes]:
         """``stream``, noting an error that ends it early, without the lines already read in this follow
         (:attr:`_read_through`): a resumed read starts at a whole second at or before the last line read,
-        so its first lines would be printed twice."""
+        so its first lines would be printed twice. A followed stream of container ``followed`` that ends
+        without an error is noted on the watch (:attr:`Watch.log_ended`)."""
         read_through, skipping = self._read_through, False
         try:
             for raw in stream:
@@ -401,6 +411,8 @@ class FederatedPodManager(PodManager):
         except Exception:
             self.logs_interrupted = True
             raise
+        if followed is not None:
+            self.watch.log_ended = followed
 
     def fetch_container_logs(
         self, pod: k8s.V1Pod, container_name: str, *, follow: bool = False, **kwargs: Any
@@ -542,6 +554,12 @@ def _lifecycle(pod: k8s.V1Pod) -> dict[str, int]:
         state = next((i for i, name in enumerate(_STATES) if getattr(cs.state, name, None)), 0)
         ranks[f"container/{cs.name}"] = (cs.restart_count or 0) * len(_STATES) + state
     return ranks
+
+
+def _running_containers(pod: k8s.V1Pod) -> list[str]:
+    """The names of the pod's containers a read shows running."""
+    statuses = (pod.status.container_statuses if pod.status else None) or []
+    return [c.name for c in statuses if c.state is not None and c.state.running is not None]
 
 
 def _stage(pod: k8s.V1Pod) -> str:

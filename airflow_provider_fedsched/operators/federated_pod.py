@@ -155,7 +155,8 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
     :param cluster_selector: labels a member cluster must have in the spec (``{"gpu": "true"}``).
     :param policy: per-task policy overrides (``weights``, ``filters``, ``scores``, ...).
     :param preemptible: the task tolerates eviction and resumes from ``checkpoint``: it moves at once when
-        its cluster stops answering (the old pod is fenced).
+        its cluster stops answering (the old pod is fenced), unless its pod's work is over or likely over
+        (seen ended, or its log stream ended): then it waits within ``unreachable_grace``.
     :param checkpoint: where the task keeps its checkpoint; passed to the pod as ``FEDSCHED_CHECKPOINT``.
     :param expected_duration: how long the task usually runs (cost score and health-check cadence).
     :param max_cluster_attempts: clusters to try within one Airflow try before failing it.
@@ -948,12 +949,16 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                             )
                         time.sleep(2.0)
                         continue
-                    if where_it_ran and (not self.preemptible or ended_there):
+                    if last is not None and where_it_ran and (not self.preemptible or ended_there):
                         record.left_by_earlier_try = last  # the next try waits for this cluster too
+                        # Written down as this try's own lost pods are: deleted, its end kept, once the
+                        # cluster answers, so that it outlives no try (the simulated soak at acc8f6d,
+                        # sync_plain[31]: left in east-a after the task's last try gave up on it).
+                        self.federation_hook.add_orphan(cluster, last.namespace, last.pod, kind)
                         raise self._give_up(
                             context,
                             f"the earlier try's {kind} may still run in {cluster}, which does not answer: "
-                            f"{self.pod_manager.reason(exc)}",
+                            f"{self.pod_manager.reason(exc)}; it is deleted when the cluster answers again",
                         ) from exc
                     self.log.warning("Could not look for earlier %ss in %s: %s", kind, cluster, exc)
                     self._unsearched(cluster, last if where_it_ran else None, kind)

@@ -138,13 +138,18 @@ def test_outage_while_pending_shorter_than_the_grace_reattaches(
     dag_id = f"fed_outage_{mode}"
     east = sim_federation["east-cpu"]
     east.scheduler.pause()  # the pod stays Pending while its cluster is down
-    released = threading.Timer(4.0, east.scheduler.resume)
+
+    def release_once_pending_for_4s() -> None:  # counted from the pod, not from a first run's start-up
+        wait_for(lambda: pod_of(sim_federation, dag_id, "east-cpu", "Pending"), timeout=120, interval=0.05)
+        time.sleep(4.0)
+        east.scheduler.resume()
+
+    released = threading.Thread(target=release_once_pending_for_4s, daemon=True)
     released.start()
     try:
         with Outage(sim_federation, dag_id, "east-cpu", "Pending", seconds=2):
             state, record, _ = run(dag_id)
     finally:
-        released.cancel()
         east.scheduler.resume()
 
     assert state == "success" and record is not None
@@ -308,6 +313,42 @@ def test_a_preemptible_pod_that_succeeded_as_it_was_fenced_is_not_run_elsewhere(
     assert "Succeeded as it was deleted to leave east-cpu" in record["attempts"][0]["reason"]
     assert creates() == 1
     sweep_orphans()
+    assert pods_of(sim_federation, dag_id) == []
+
+
+def test_a_preemptible_pod_whose_log_stream_ended_is_waited_for_not_moved(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+) -> None:
+    """Simulated CeleryExecutor soak finding at acc8f6d (``sync_resumable[7]``): the task read its pod's
+    log to the end, then east-a answered 503 to the reads that follow (a burst of 25); the preemptible task
+    took the first 503 for a silent cluster, fenced the pod and started a copy elsewhere, which ran until
+    the fence watch saw the first pod Succeeded. A follow stream that ends on its own is the container's
+    end: the work is likely over, so the task waits for the cluster (``unreachable_grace``) as for a pod
+    seen to end. Here east-cpu answers nothing for 6 s from the update that ends the pod."""
+    dag_id = "fed_log_ended_then_silent"
+    handle = sim_federation["east-cpu"]
+    silenced: list[str] = []
+
+    def silent_for_a_while_once_it_succeeds(event: Any) -> None:  # in the simulator's thread
+        pod = event.obj
+        labels = pod["metadata"].get("labels") or {}
+        if silenced or event.plural != "pods" or labels.get("dag_id") != dag_id:
+            return
+        if (pod.get("status") or {}).get("phase") == "Succeeded":
+            handle.cluster.faults.fail(503, times=10**6)
+            threading.Timer(6.0, handle.faults.clear).start()
+            silenced.append(pod["metadata"]["name"])
+
+    handle.call(handle.store.listeners.append, silent_for_a_while_once_it_succeeds)
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        handle.call(handle.store.listeners.remove, silent_for_a_while_once_it_succeeds)
+        handle.faults.clear()
+    assert silenced, "the pod never Succeeded"
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
     assert pods_of(sim_federation, dag_id) == []
 
 

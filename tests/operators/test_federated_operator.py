@@ -548,6 +548,41 @@ def test_a_preemptible_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_it
     assert FederationHook().orphans("east-cpu") == []
 
 
+def test_a_dead_try_s_pod_a_retry_gave_up_on_is_swept_when_its_cluster_answers_and_its_success_kept(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """The simulated LocalExecutor soak at acc8f6d (``sync_plain[31]``): a try's supervisor is SIGKILLed
+    while its pod runs on east-a; the pod Succeeds unwatched; east-a goes silent past the retry's grace,
+    and the retry fails (the work may still run there: it is not started elsewhere). Nobody wrote the dead
+    try's pod down, so it stayed in east-a after the run. The retry that gives up now writes it down: the
+    first snapshot of east-cpu that answers deletes it and keeps its success, which the next try takes."""
+    dag_id = "fed_killed_plain_silent"
+    run_id, command = task_test_run(dag_id, "killed-silent")
+    east = sim_federation["east-cpu"]
+    creates_before = pod_creates(sim_federation)
+
+    first = killed_while_its_pod_runs(sim_federation, dag_id, command, federation.parent / "first-worker.log")
+    east.faults.down()
+    try:
+        bump_try_number(dag_id, run_id)
+        retry = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        said = retry.stdout + retry.stderr
+        assert "may still run in east-cpu, which does not answer" in said, said[-3000:]
+    finally:
+        east.faults.up()
+    FederationHook().collect()  # a snapshot of east-cpu, which answers again
+    assert pods_of(sim_federation, dag_id) == []
+    assert FederationHook().orphans("east-cpu") == []
+
+    bump_try_number(dag_id, run_id)
+    last = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert last.returncode == 0, (last.stdout + last.stderr)[-3000:]
+    assert pod_creates(sim_federation) - creates_before == 1
+    record = placement_of_run(dag_id, run_id)
+    assert record["outcome"] == "succeeded", record
+    assert [(a["cluster"], a["pod"]) for a in record["attempts"]] == [("east-cpu", first["metadata"]["name"])]
+
+
 def test_a_retry_takes_the_success_of_a_dead_try_s_pod_that_is_being_deleted(
     sim_federation: SimFederation, federation: Path
 ) -> None:

@@ -273,5 +273,17 @@ def test_priority_classes(east: client.CoreV1Api) -> None:
     sched.create_priority_class(
         client.V1PriorityClass(metadata=client.V1ObjectMeta(name=pc_name), value=1234)
     )
-    pod = east.create_namespaced_pod("default", pod_body(unique(), priorityClassName=pc_name))
+    name = unique()
+
+    def create_once_admission_knows_the_class() -> client.V1Pod | None:
+        # kube-apiserver's Priority admission reads classes from an informer cache: a class just
+        # created is refused (403 "no PriorityClass ... was found") until the cache has it.
+        try:
+            return east.create_namespaced_pod("default", pod_body(name, priorityClassName=pc_name))
+        except ApiException as exc:
+            if exc.status == 403 and f"no PriorityClass with name {pc_name}" in str(exc.body):
+                return None
+            raise
+
+    pod = wait_for(create_once_admission_knows_the_class, timeout=30, interval=0.2, message=pc_name)
     assert pod.spec.priority == 1234

@@ -132,6 +132,15 @@ federated_dag(
     unreachable_grace=120,
     annotations=sim(duration=8, logs=["work done"]),
 )
+# The same, its cluster silent past the retry's grace: the retry gives up, and the dead try's pod is written
+# down, deleted (its success kept) once east-cpu answers (test_federated_operator.py; the simulated
+# LocalExecutor soak at acc8f6d, sync_plain[31]).
+federated_dag(
+    "fed_killed_plain_silent",
+    clusters=["east-cpu", "west-general"],
+    unreachable_grace=3,
+    annotations=sim(duration=4, logs=["work done"]),
+)
 federated_dag(
     "fed_xcom_not_json",
     deferrable=True,
@@ -222,6 +231,18 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
         annotations=sim(duration=3, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
         **extra,
     )
+
+# A preemptible task's pod writes its last line and ends; east-cpu then answers nothing (reads and deletes)
+# for a few seconds: its log stream ended, so the work is likely over and the task waits rather than moves
+# (test_contract.py; the simulated CeleryExecutor soak at acc8f6d, sync_resumable[7]).
+federated_dag(
+    "fed_log_ended_then_silent",
+    clusters=["east-cpu", "west-general"],
+    preemptible=True,
+    checkpoint="s3://bucket/ckpt",
+    unreachable_grace=60,
+    annotations=sim(duration=3, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
+)
 
 # A preemptible task moves during a short outage of east-cpu; its fenced pod there Succeeds while the copy
 # on west-general runs: that copy is stopped and the first one's result taken (test_contract.py; the
