@@ -9,7 +9,9 @@ It counts, per task (one ``(dag, task, map_index, run)``):
 
 - ``succeeded``: Airflow says success and one of its pods ran to Succeeded;
 - ``failed``: Airflow says failed; each is explained (its own non-zero exit, a wait that timed out on
-  purpose, or a fault that marked it failed) or reported as unexplained;
+  purpose, a fault that marked it failed, or every one of its tries ended by a fault that the contract
+  does not ask the provider to outlast: its cluster silent past the grace, Airflow's own API failing the
+  try as the metadata database restarted, its worker or supervisor SIGKILLed) or reported as unexplained;
 - ``lost``: anything else (not finished, skipped, removed, never created, or success without any pod
   that succeeded);
 - ``duplicates``: pods of one task that both ran, other than a preemptible move (docs/reliability.md,
@@ -38,6 +40,7 @@ The module is pure (no I/O): ``soak.run`` collects its inputs; other harnesses c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -188,6 +191,19 @@ class Silence:
 
 
 @dataclass(frozen=True)
+class FaultWindow:
+    """A fault the soak applied, as a try's end is weighed against it: ``kind`` and ``target`` (a
+    cluster, a node, a worker), from ``start`` to ``end`` (the journals' wall-clock time), and the task
+    it acted on directly, if any."""
+
+    kind: str
+    target: str
+    start: float
+    end: float
+    task: TaskKey | None = None
+
+
+@dataclass(frozen=True)
 class Finding:
     kind: str
     """``duplicate``, ``leaked``, ``sovereignty``, ``overcommit``, ``lost``, ``failed``, ``unexplained``."""
@@ -292,6 +308,8 @@ def audit(
     silences: Iterable[Silence] = (),
     grace: float | None = None,
     nodes_deleted: Iterable[str] = (),
+    try_logs: Callable[[TaskKey], list[str]] | None = None,
+    faults: Iterable[FaultWindow] = (),
 ) -> Audit:
     """Audit one run. ``journals``: each cluster's journal report (``pods`` and ``nodes``);
     ``task_instances``: Airflow's REST API view (``task_id``, ``map_index``, ``state``, ``try_number``);
@@ -299,9 +317,11 @@ def audit(
     marked failed; ``logs``: a task's last try's log (to quote why it failed); ``origin``: time zero of
     the times printed; ``silences``: when the faults kept a cluster's API or a node from answering;
     ``grace``: the load's ``unreachable_grace`` (a failure behind a longer silence is no
-    ``failed_by_fault``); ``nodes_deleted``: the clusters where a fault deleted a node for good."""
+    ``failed_by_fault``); ``nodes_deleted``: the clusters where a fault deleted a node for good;
+    ``try_logs``: the logs of each try of a task, first to last, with their timestamps; ``faults``: every
+    fault applied (a failure whose every try a fault ended is explained, :func:`ended_by_faults`)."""
     result = Audit()
-    silences = list(silences)
+    silences, faults = list(silences), list(faults)
     expected = {e.key: e for e in expectations}
     result.tasks = len(expected)
     runs: dict[TaskKey, list[PodRun]] = {key: [] for key in expected}
@@ -378,6 +398,8 @@ def audit(
             explanation = _explain(
                 exp, pods, key in marked, regions, allowed_regions, log, set(nodes_deleted)
             )
+            if explanation is None and try_logs is not None and grace is not None:
+                explanation = ended_by_faults(key, try_logs(key), faults, silences, grace)
             if explanation is None:
                 result.unexplained += 1
                 excused = grace is not None and any(
@@ -490,6 +512,78 @@ def _explain(
             "deleted a node there; impossible, failed at once"
         )
     return None
+
+
+LOST_IN = re.compile(r"Attempt \d+ in (\S+) ended: unreachable")
+GAVE_UP_ON = re.compile(r"may still run in (\S+), which does not answer")
+NOT_STARTED_ELSEWHERE = "the work is not started elsewhere"
+AIRFLOW_API_FAILED = "API_SERVER_ERROR"
+TRY_FINISHED = "::group::Post Execute"
+"""The Task SDK's last group of every try that ends in its own process (success or failure)."""
+API_RECOVERY_SECONDS = 60.0
+"""How long after the metadata database is back Airflow's API may still fail a request with it."""
+KILL_SLACK_SECONDS = 2.0
+KILLED_QUIET_SECONDS = 30.0
+"""A killed try's log ends at the kill: its last line at most this long before it (a try whose log
+stopped earlier hung before the kill, and the kill does not explain that)."""
+KILLS = ("kill-worker", "kill-supervisor")
+
+
+def ended_by_faults(
+    key: TaskKey,
+    logs: list[str],
+    faults: Collection[FaultWindow],
+    silences: Collection[Silence],
+    grace: float,
+) -> str | None:
+    """Why a failed task's tries all ended, when each was ended by a fault the contract does not ask the
+    provider to outlast; None when one try was not (that failure stays unexplained)."""
+    why = [_try_ended_by(key, log, faults, silences, grace) for log in logs]
+    if not why or any(w is None for w in why):
+        return None
+    each = ", ".join(f"try {n} {w}" for n, w in enumerate(why, 1))
+    return f"each of its {len(why)} tries ended by a fault: {each}"
+
+
+def _try_ended_by(
+    key: TaskKey, log: str, faults: Collection[FaultWindow], silences: Collection[Silence], grace: float
+) -> str | None:
+    stamped = [(at, line) for at, line in map(_stamped, log.splitlines()) if at is not None]
+    if not stamped:
+        return None
+    start, last = stamped[0][0], stamped[-1][0]
+    # Lost: the try gave up on a cluster a fault kept silent for longer than the grace.
+    if NOT_STARTED_ELSEWHERE in log or GAVE_UP_ON.search(log):
+        silent = set(LOST_IN.findall(log)) | set(GAVE_UP_ON.findall(log))
+        for s in silences:
+            overlaps = s.start <= last and s.end >= start
+            if s.node is None and s.cluster in silent and s.end - s.start > grace and overlaps:
+                return f"lost in {s.cluster} (silent {s.end - s.start:.0f}s, past the {grace:.0f}s grace)"
+    # Airflow's own API failed the try while its metadata database restarted.
+    failed_at = [at for at, line in stamped if AIRFLOW_API_FAILED in line]
+    for f in faults:
+        if f.kind == "restart-database" and any(
+            f.start <= at <= f.end + API_RECOVERY_SECONDS for at in failed_at
+        ):
+            return "failed by Airflow's API as the metadata database restarted"
+    # Killed: its log ends, unfinished, at a SIGKILL of its worker (or of its own supervisor).
+    if TRY_FINISHED not in log:
+        for f in faults:
+            if f.kind not in KILLS or (f.kind == "kill-supervisor" and f.task != key):
+                continue
+            ended_at_the_kill = f.start - KILLED_QUIET_SECONDS <= last <= f.start + KILL_SLACK_SECONDS
+            if start <= f.start + KILL_SLACK_SECONDS and ended_at_the_kill:
+                return f"killed ({f.kind} {f.target})"
+    return None
+
+
+def _stamped(line: str) -> tuple[float | None, str]:
+    """A log line's leading ISO timestamp (epoch seconds), if it has one."""
+    first, _, _ = line.partition(" ")
+    try:
+        return datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp(), line
+    except ValueError:
+        return None, line
 
 
 def _last_error(log: str) -> str:

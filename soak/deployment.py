@@ -115,10 +115,12 @@ class Api:
 
 
 def _log_line(line: Any) -> str:
-    """``LEVEL event``, followed by the exception a failed try logged (``error_detail``: type and value)."""
+    """``[timestamp ]LEVEL event``, followed by the exception a failed try logged (``error_detail``: type
+    and value). The timestamp (as the Task SDK wrote it) lets the auditor weigh a try against the faults."""
     if not isinstance(line, dict):
         return str(line)
-    text = f"{str(line.get('level', '')).upper()} {line.get('event', '')}"
+    stamp = f"{line['timestamp']} " if line.get("timestamp") else ""
+    text = f"{stamp}{str(line.get('level', '')).upper()} {line.get('event', '')}"
     for error in line.get("error_detail") or []:
         if isinstance(error, dict):
             value = str(error.get("exc_value", "")).split("\n", 1)[0][:400]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from soak import tasklogs
-from soak.audit import Audit, Expectation, Silence, TaskKey, audit
+from soak.audit import Audit, Expectation, FaultWindow, Silence, TaskKey, audit
 from soak.clusters import ClusterError, Clusters
 from soak.deployment import REPO, Airflow, session_cpu_seconds
 from soak.faults import SILENCING, Injector, schedule
@@ -304,6 +304,10 @@ def collect_and_audit(
     def logs(key: TaskKey) -> str:
         return airflow.api.task_log(DAG_ID, run_id, key[0], key[1], tries.get(key, 1))
 
+    def try_logs(key: TaskKey) -> list[str]:
+        last = tries.get(key, 1)
+        return [airflow.api.task_log(DAG_ID, run_id, key[0], key[1], n) for n in range(1, last + 1)]
+
     return audit(
         journals,
         tis,
@@ -317,7 +321,24 @@ def collect_and_audit(
         silences=silences(injector, origin),
         grace=plan.unreachable_grace,
         nodes_deleted=[r.target.partition("/")[0] for r in injector.applied if r.kind == "delete-node"],
+        try_logs=try_logs,
+        faults=fault_windows(injector, origin),
     )
+
+
+def fault_windows(injector: Injector, origin: float) -> list[FaultWindow]:
+    """Every fault applied, in the journals' wall-clock time (one without an end lasted an instant)."""
+    return [
+        FaultWindow(
+            record.kind,
+            record.target,
+            origin + record.applied_at,
+            origin + (record.ended_at if record.ended_at is not None else record.applied_at),
+            record.task,
+        )
+        for record in injector.applied
+        if record.applied_at is not None
+    ]
 
 
 def silences(injector: Injector, origin: float) -> list[Silence]:

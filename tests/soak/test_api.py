@@ -73,4 +73,6 @@ def test_a_log_line_carries_the_exception_of_a_failed_try() -> None:
         "ERROR Task failed with exception | FederationError: no cluster could take the task within 60s: x"
     )
     assert _log_line({"level": "info", "event": "hello"}) == "INFO hello"
+    stamped = {"timestamp": "2026-12-05T10:28:41.101Z", "level": "info", "event": "hello"}
+    assert _log_line(stamped) == "2026-12-05T10:28:41.101Z INFO hello"
     assert _log_line("plain") == "plain"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_fedsched.sim import SimFederation, wait_for
-from soak.audit import JOB_UID, Expectation, Silence, TaskKey, audit, gangs
+from soak.audit import JOB_UID, Expectation, FaultWindow, Silence, TaskKey, audit, gangs
 from soak.clusters import Clusters
 from soak.run import key_of
 
@@ -343,6 +343,110 @@ def test_an_unexplained_failure_is_failed_by_fault_unless_a_silence_past_the_gra
     # "long" had a pod on a node silent for 85 s (past the 30 s grace); "short"'s silences were within it.
     assert (result.unexplained, result.failed_by_fault) == (2, 1)
     assert "failed_by_fault=1 " in result.summary("local", 2, 1.0)
+
+
+def stamped(*lines: tuple[float, str]) -> str:
+    """A try's log as the soak reads it: ``timestamp LEVEL event`` lines, at the given epoch seconds."""
+    from datetime import UTC, datetime
+
+    return "\n".join(f"{datetime.fromtimestamp(at, UTC).isoformat()} {text}" for at, text in lines)
+
+
+LOST_TRY = stamped(
+    (100, "INFO ::group::Pre Execute"),
+    (110, "INFO Attempt 1: launching pod soak/t-0 in cluster east (cpu=1, memory=256Mi)"),
+    (160, "WARNING Attempt 1 in east ended: unreachable (no answer from https://east for 47s)"),
+    (
+        161,
+        "ERROR Task failed with exception | FederationError: no answer from https://east for 47s; the pod "
+        "may still run there, so the work is not started elsewhere (unreachable_grace 45s)",
+    ),
+    (162, "INFO ::group::Post Execute"),
+)
+API_FAILED_TRY = stamped(
+    (200, "INFO ::group::Pre Execute"),
+    (215, "ERROR Task failed with exception | AirflowRuntimeError: API_SERVER_ERROR: {'status_code': 500}"),
+    (216, "INFO ::group::Post Execute"),
+)
+KILLED_TRY = stamped((240, "INFO ::group::Pre Execute"), (241, "INFO Worker startup parse complete"))
+FAULTS = [
+    FaultWindow("stop-apiserver", "east", 105, 217),
+    FaultWindow("restart-database", "metadata database", 205, 215),
+    FaultWindow("kill-worker", "worker-1", 245, 265),
+]
+
+
+def test_a_failure_whose_every_try_a_fault_ended_is_explained_and_no_failure_by_fault() -> None:
+    """The CeleryExecutor test-bed soak at acc8f6d, ``sync_plain[26]``: try 1 lost in a member silent past
+    the grace, try 2 failed by Airflow's API as the database restarted, try 3 in the worker SIGKILLed."""
+    result = audit(
+        [],
+        [{**ti("t", 0, "failed"), "try_number": 3}],
+        [Expectation("t", 0)],
+        REGIONS,
+        ALLOWED,
+        key_of,
+        logs=lambda key: KILLED_TRY,
+        silences=[Silence("east", None, 105, 217)],
+        grace=45,
+        try_logs=lambda key: [LOST_TRY, API_FAILED_TRY, KILLED_TRY],
+        faults=FAULTS,
+    )
+    assert (result.failed, result.unexplained, result.failed_by_fault) == (1, 0, 0)
+    (failed,) = [f.text for f in result.findings if f.kind == "failed"]
+    assert failed == (
+        "each of its 3 tries ended by a fault: try 1 lost in east (silent 112s, past the 45s grace), "
+        "try 2 failed by Airflow's API as the metadata database restarted, "
+        "try 3 killed (kill-worker worker-1)"
+    )
+    assert result.clean
+
+
+@pytest.mark.parametrize(
+    ("case", "tries", "silence_end"),
+    [
+        # East came back within the grace: the try should have carried on.
+        ("silence within the grace", [LOST_TRY], 140),
+        # The log stopped long before the kill: the try hung first, and the kill does not explain that.
+        ("hung before the kill", [stamped((150, "INFO ::group::Pre Execute"))], 217),
+        # Airflow's API failed the try long after the database was back.
+        (
+            "API error after the restart",
+            [API_FAILED_TRY.replace("1970-01-01T00:03:35", "1970-01-01T00:06:35")],
+            217,
+        ),
+        # One try of two was not ended by a fault.
+        (
+            "one try unexplained",
+            [
+                LOST_TRY,
+                stamped(
+                    (300, "ERROR Task failed with exception | KeyError: x"),
+                    (301, "INFO ::group::Post Execute"),
+                ),
+            ],
+            217,
+        ),
+    ],
+)
+def test_a_try_no_fault_ended_leaves_the_failure_unexplained(
+    case: str, tries: list[str], silence_end: float
+) -> None:
+    result = audit(
+        [],
+        [ti("t", 0, "failed")],
+        [Expectation("t", 0)],
+        REGIONS,
+        ALLOWED,
+        key_of,
+        logs=lambda key: tries[-1],
+        silences=[Silence("east", None, 105, silence_end)],
+        grace=45,
+        try_logs=lambda key: tries,
+        faults=FAULTS,
+    )
+    assert result.unexplained == 1, case
+    assert not result.clean
 
 
 def test_a_gang_that_no_longer_fits_after_a_node_of_its_only_allowed_member_was_deleted_is_explained() -> (
