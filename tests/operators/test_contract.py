@@ -280,6 +280,36 @@ def test_a_preemptible_task_moves_at_once_and_fences_its_old_pod(
     assert pods_of(sim_federation, dag_id) == []
 
 
+@contextlib.contextmanager
+def answers_503_from_its_success(
+    fed: SimFederation, dag_id: str, method: str | None = None, lift_after: float | None = None
+) -> Iterator[None]:
+    """East-cpu answers 503 to every request (of ``method``, if given) from the very store update that
+    ends the DAG's pod Succeeded (a listener of the simulated API server's store: no client reads the end
+    first), until ``lift_after`` seconds later, or until the block ends."""
+    handle = fed["east-cpu"]
+    silenced: list[str] = []
+
+    def fail_once_it_succeeds(event: Any) -> None:  # in the simulator's thread
+        pod = event.obj
+        labels = pod["metadata"].get("labels") or {}
+        if silenced or event.plural != "pods" or labels.get("dag_id") != dag_id:
+            return
+        if (pod.get("status") or {}).get("phase") == "Succeeded":
+            handle.cluster.faults.fail(503, times=10**6, method=method)
+            if lift_after is not None:
+                threading.Timer(lift_after, handle.faults.clear).start()
+            silenced.append(pod["metadata"]["name"])
+
+    handle.call(handle.store.listeners.append, fail_once_it_succeeds)
+    try:
+        yield
+    finally:
+        handle.call(handle.store.listeners.remove, fail_once_it_succeeds)
+        handle.faults.clear()
+    assert silenced, "the pod never Succeeded"
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_preemptible_pod_that_succeeded_as_it_was_fenced_is_not_run_elsewhere(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], mode: str
@@ -289,25 +319,8 @@ def test_a_preemptible_pod_that_succeeded_as_it_was_fenced_is_not_run_elsewhere(
     time the delete was answered (the answer says so), and the task ran the work again in west. Here
     east-cpu answers no read from the very update that ends the pod, and answers the delete."""
     dag_id = f"fed_succeeded_as_fenced_{mode}"
-    handle = sim_federation["east-cpu"]
-    silenced: list[str] = []
-
-    def reads_fail_once_it_succeeds(event: Any) -> None:  # in the simulator's thread
-        pod = event.obj
-        labels = pod["metadata"].get("labels") or {}
-        if silenced or event.plural != "pods" or labels.get("dag_id") != dag_id:
-            return
-        if (pod.get("status") or {}).get("phase") == "Succeeded":
-            handle.cluster.faults.fail(503, times=10**6, method="GET")
-            silenced.append(pod["metadata"]["name"])
-
-    handle.call(handle.store.listeners.append, reads_fail_once_it_succeeds)
-    try:
+    with answers_503_from_its_success(sim_federation, dag_id, method="GET"):
         state, record, _ = run(dag_id)
-    finally:
-        handle.call(handle.store.listeners.remove, reads_fail_once_it_succeeds)
-        handle.faults.clear()
-    assert silenced, "the pod never Succeeded"
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "succeeded")]
     assert "Succeeded as it was deleted to leave east-cpu" in record["attempts"][0]["reason"]
@@ -326,26 +339,8 @@ def test_a_preemptible_pod_whose_log_stream_ended_is_waited_for_not_moved(
     end: the work is likely over, so the task waits for the cluster (``unreachable_grace``) as for a pod
     seen to end. Here east-cpu answers nothing for 6 s from the update that ends the pod."""
     dag_id = "fed_log_ended_then_silent"
-    handle = sim_federation["east-cpu"]
-    silenced: list[str] = []
-
-    def silent_for_a_while_once_it_succeeds(event: Any) -> None:  # in the simulator's thread
-        pod = event.obj
-        labels = pod["metadata"].get("labels") or {}
-        if silenced or event.plural != "pods" or labels.get("dag_id") != dag_id:
-            return
-        if (pod.get("status") or {}).get("phase") == "Succeeded":
-            handle.cluster.faults.fail(503, times=10**6)
-            threading.Timer(6.0, handle.faults.clear).start()
-            silenced.append(pod["metadata"]["name"])
-
-    handle.call(handle.store.listeners.append, silent_for_a_while_once_it_succeeds)
-    try:
+    with answers_503_from_its_success(sim_federation, dag_id, lift_after=6.0):
         state, record, _ = run(dag_id)
-    finally:
-        handle.call(handle.store.listeners.remove, silent_for_a_while_once_it_succeeds)
-        handle.faults.clear()
-    assert silenced, "the pod never Succeeded"
     assert state == "success" and record is not None
     assert path(record) == [("east-cpu", "succeeded")]
     assert creates() == 1
