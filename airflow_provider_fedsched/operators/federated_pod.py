@@ -388,7 +388,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             # The decision's snapshot may have swept a pod this task left in a silent cluster, and found
             # it Succeeded: then nothing is launched.
             reserved = record.placement_id(len(record.attempts) + 1)
-            if self._left_pod_succeeded(context):
+            if self._left_pod_succeeded(context) or self._fenced_pod_succeeded(context):
                 self.federation_hook.release(str(decision.cluster), reserved)
                 return None
             # A member that did not answer this try's search for an earlier try's pods may answer now.
@@ -1259,7 +1259,45 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
 
         return FenceWatch(hook, fenced, stop_this_copy).start()
 
-    def _fenced(self, attempt: Attempt) -> list[Attempt]:
+    def _fenced_pod_succeeded(self, context: Any) -> bool:
+        """Before a copy starts elsewhere, one look at each pod this try fenced: one whose cluster answers
+        again and shows it Succeeded is the try's result, and no copy starts (the simulated CeleryExecutor
+        soak at 92108c3, ``deferred_resumable[8]``: north answered again a second before the copy was
+        created, and the copy's trigger, slow on a loaded triggerer, read the first pod's end only after the
+        copy had run the work to the end a second time)."""
+        import kubernetes
+
+        hook = self.federation_hook
+        for done in self._fenced(None):
+            # A short read: a cluster that still does not answer must not hold the move up.
+            api = kubernetes.client.CoreV1Api(sync_api_client(hook.access(done.cluster), read_timeout=2.0))
+            try:
+                seen = api.read_namespaced_pod(done.pod, done.namespace)
+            except Exception:
+                continue  # silent or gone: the copy starts, and the fence watch reads on
+            if seen.status is None or seen.status.phase != "Succeeded":
+                continue
+            self.log.warning(
+                "Pod %s, left in %s when that cluster stopped answering, Succeeded: its result is taken, "
+                "no copy is started",
+                done.pod,
+                done.cluster,
+            )
+            self.use_cluster(done.cluster)
+            if self.pod_manager.remove(done.namespace, done.pod, within=10.0):
+                hook.forget_orphan(done.cluster, done.namespace, done.pod)
+            else:
+                hook.add_orphan(done.cluster, done.namespace, done.pod)
+            self._succeed_with(
+                context,
+                done,
+                f"pod {done.pod} Succeeded in {done.cluster}, which answered again before the work was "
+                "started elsewhere: its result is taken",
+            )
+            return True
+        return False
+
+    def _fenced(self, attempt: Attempt | None) -> list[Attempt]:
         """The pods this preemptible try left (fenced) in clusters that stopped answering, to read while
         ``attempt`` runs; none for ``do_xcom_push`` tasks (their result is read from the pod that ran)."""
         if not self.preemptible or self.do_xcom_push:
@@ -1505,12 +1543,35 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         return self._trigger_failed(context, attempt, problem)
 
     def _reenter(self, context: Any, attempt: Attempt, event: PodEvent) -> Any:
-        """Judge the attempt the trigger fired about, from a fresh read of its pod."""
-        self._enter(TryState.RUNNING, f"the pod trigger fired about pod {attempt.pod}: {event.status}")
-        status, message = event.status, event.message or event.status
+        """Judge the attempt the trigger fired about, from a fresh read of its pod.
+
+        The deferral's entry is forgotten once the judgement is over, not before: it may hold the trigger's
+        note that the pod Succeeded, the only proof of the result once the pod is gone, and a try that dies
+        before its success is written leaves it to the next try (or to the sweep of ended tries). The
+        CeleryExecutor test-bed soak at 92108c3, ``deferred_plain[10]``: forgotten as the try began, its
+        worker SIGKILLed before the success was written, and the retry ran the work again."""
         deferred = self.federation_hook.state.deferred
         noted = deferred.get(attempt.cluster, attempt.namespace, attempt.pod) or {}
-        deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
+        where = (attempt.cluster, attempt.namespace, attempt.pod)
+        try:
+            result = self._judge_reentry(context, attempt, event, noted)
+        except TaskDeferred:
+            current = self._record.current
+            if current is None or (current.cluster, current.namespace, current.pod) != where:
+                deferred.forget(*where)  # it defers on another pod (on this one, its entry is rewritten)
+            raise
+        except BaseException:
+            if noted.get("ended") != "Succeeded":
+                deferred.forget(*where)
+            raise  # a success seen stays for the next try; the sweep of ended tries keeps it then
+        deferred.forget(*where)
+        return result
+
+    def _judge_reentry(
+        self, context: Any, attempt: Attempt, event: PodEvent, noted: Mapping[str, Any]
+    ) -> Any:
+        self._enter(TryState.RUNNING, f"the pod trigger fired about pod {attempt.pod}: {event.status}")
+        status, message = event.status, event.message or event.status
         self.pod_request_obj = self._attempt_pod(attempt)
         # This try created the pod before it deferred: a permission revoked for a while (403) while it
         # is read again says nothing about its work (the full soak's deferred_plain[4] was judged failed

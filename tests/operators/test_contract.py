@@ -528,6 +528,25 @@ def test_a_pod_its_trigger_saw_succeed_is_not_run_again_by_the_next_try_when_it_
     assert FederationHook().state.deferred.of("east-cpu") == []
 
 
+def test_a_success_its_trigger_saw_outlives_a_resumed_try_that_dies_before_writing_it(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
+) -> None:
+    """The CeleryExecutor test-bed soak at 92108c3 (``deferred_plain[10]``): the pod Succeeded, a snapshot
+    wrote that on the try's deferral entry, the node was deleted and the pod with it; the resumed try
+    forgot the entry as it began, judged the success, and its worker was SIGKILLed before the success was
+    written; the retry found neither pod nor entry and ran the work again. The entry now stays until the
+    try's judgement is over, so the retry takes that success."""
+    dag_id = "fed_done_then_died_as_it_succeeded"
+    state, record, deleted = run_deleting_after_done(sim_federation, dag_id)
+    assert len(deleted) == 1
+    assert "the worker died as the try's success was written" in capfd.readouterr().out
+    assert state == "success" and record is not None
+    assert record["try_number"] == 2
+    assert path(record) == [("east-cpu", "succeeded")]
+    assert creates() == 1
+    assert FederationHook().state.deferred.of("east-cpu") == []
+
+
 def test_a_pod_that_ends_while_a_resumed_try_defers_again_is_judged_once(
     sim_federation: SimFederation, federation: Path, creates: Callable[[], int], capfd: Any
 ) -> None:
@@ -834,6 +853,28 @@ def short_gone_timeout(monkeypatch: pytest.MonkeyPatch) -> float:
         if name.startswith("airflow_provider_fedsched.operators") and hasattr(module, "GONE_TIMEOUT"):
             monkeypatch.setattr(module, "GONE_TIMEOUT", seconds)
     return seconds
+
+
+def test_a_fenced_pod_that_succeeded_before_the_copy_is_created_is_taken_and_no_copy_starts(
+    sim_federation: SimFederation, federation: Path, creates: Callable[[], int]
+) -> None:
+    """The simulated CeleryExecutor soak at 92108c3 (``deferred_resumable[8]``): a preemptible task moved
+    during an 18 s outage of north; its first pod Succeeded unseen; north answered again a second before
+    the copy was created, and the copy's trigger, slow on a loaded triggerer, read the first pod's end only
+    after the copy had run the work to the end. Before a copy is created, each pod the try fenced is looked
+    at once: Succeeded, its result is taken and nothing starts elsewhere."""
+    dag_id = "fed_first_cluster_back_before_the_copy"
+
+    def ended() -> object:
+        return pod_of(sim_federation, dag_id, "east-cpu", "Succeeded")
+
+    with Outage(sim_federation, dag_id, "east-cpu", "Running", until=ended):
+        state, record, _ = run(dag_id)
+    assert state == "success" and record is not None
+    assert creates() == 1
+    assert "answered again before the work was started elsewhere" in record["reason"], record["reason"]
+    sweep_orphans()
+    assert pods_of(sim_federation, dag_id) == []
 
 
 @pytest.mark.parametrize("mode", MODES)

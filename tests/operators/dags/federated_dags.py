@@ -241,7 +241,8 @@ federated_dag(
     preemptible=True,
     checkpoint="s3://bucket/ckpt",
     unreachable_grace=60,
-    annotations=sim(duration=3, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
+    # 4 s at the tests' time scale: the task follows the log before the pod ends, however busy the machine.
+    annotations=sim(duration=40, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
 )
 
 # A preemptible task moves during a short outage of east-cpu; its fenced pod there Succeeds while the copy
@@ -410,6 +411,60 @@ trigger_dag(
     retry_delay=timedelta(seconds=1),
     annotations=DONE,
 )
+
+
+class _DiesAsItSucceedsOperator(FederatedKubernetesOperator):
+    """Try 1 resumes on its trigger's ``done``, finds the pod gone and takes the success its trigger saw,
+    and dies as it writes that success down (the CeleryExecutor test-bed soak at 92108c3: its worker
+    SIGKILLed 6 s after the try logged ``running -> succeeded``, before its record was saved)."""
+
+    trigger_class = "tests.operators.outage_trigger.OutageAfterDoneTrigger"
+
+    def _save(self, context: Any) -> None:
+        if context["ti"].try_number == 1 and self._record.outcome == "succeeded":
+            raise RuntimeError("test: the worker died as the try's success was written")
+        super()._save(context)
+
+
+trigger_dag(
+    "fed_done_then_died_as_it_succeeded",
+    _DiesAsItSucceedsOperator,
+    unreachable_grace=60,
+    retries=1,
+    retry_delay=timedelta(seconds=1),
+    annotations=DONE,
+)
+
+
+class _LaunchesOnceItsFirstClusterAnswersOperator(FederatedKubernetesOperator):
+    """After it left east-cpu, the try starts its copy only once east-cpu answers again and shows the
+    pod it left there ended (a busy worker, slow between the decision and the create, as in the simulated
+    CeleryExecutor soak at 92108c3, ``deferred_resumable[8]``)."""
+
+    def _left_pod_succeeded(self, context: Any) -> bool:
+        import time
+
+        from airflow_provider_fedsched.operators.fences import own_pod_manager
+
+        left_behind = [a for a in self._record.attempts if a.outcome == "unreachable"]
+        for left in left_behind:
+            pods = own_pod_manager(self.federation_hook, left.cluster)
+            deadline = time.monotonic() + 120
+            while pods.observe(left.namespace, left.pod, events=False).phase not in ("Succeeded", "Failed"):
+                assert time.monotonic() < deadline, "east-cpu never answered with the pod's end"
+                time.sleep(0.2)
+        return super()._left_pod_succeeded(context)
+
+
+with DAG("fed_first_cluster_back_before_the_copy", start_date=datetime(2026, 1, 1), schedule=None) as _dag:
+    _LaunchesOnceItsFirstClusterAnswersOperator(
+        task_id="work",
+        image="busybox:1.36",
+        clusters=["east-cpu", "west-general"],
+        container_resources=requests(),
+        annotations=sim(duration=40, logs=["work done"]),  # 4 s: the outage begins while it runs
+        **PREEMPTIBLE,
+    )
 
 
 class _EndsBeforeItDefersAgainOperator(FederatedKubernetesOperator):
