@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -301,12 +302,15 @@ def collect_and_audit(
     (airflow.home / "task_instances.json").write_text(json.dumps(tis, indent=1))
     tries = {(ti["task_id"], ti["map_index"]): int(ti.get("try_number") or 1) for ti in tis}
 
+    @functools.cache
+    def try_log(key: TaskKey, number: int) -> str:
+        return airflow.api.task_log(DAG_ID, run_id, key[0], key[1], number)
+
     def logs(key: TaskKey) -> str:
-        return airflow.api.task_log(DAG_ID, run_id, key[0], key[1], tries.get(key, 1))
+        return try_log(key, tries.get(key, 1))
 
     def try_logs(key: TaskKey) -> list[str]:
-        last = tries.get(key, 1)
-        return [airflow.api.task_log(DAG_ID, run_id, key[0], key[1], n) for n in range(1, last + 1)]
+        return [try_log(key, n) for n in range(1, tries.get(key, 1) + 1)]
 
     return audit(
         journals,

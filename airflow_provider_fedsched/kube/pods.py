@@ -114,6 +114,9 @@ class Watch:
     exits, so its work is likely over and a silence is waited out as for a pod seen to end, until a read
     shows the container running still (the stream was cut short)."""
 
+    def __post_init__(self) -> None:
+        self.result_grace = max(self.grace, self.result_grace)  # a finished pod is waited for no less
+
     def reset(self, grace: float, result_grace: float | None = None) -> None:
         """A new attempt (or a new look at one): nothing seen yet."""
         self.grace = grace
@@ -128,7 +131,7 @@ class Watch:
     def limit(self) -> float:
         """Seconds a read may go without an answer now."""
         over = self.ended_phase is not None or self.log_ended is not None
-        return max(self.grace, self.result_grace) if over else self.grace
+        return self.result_grace if over else self.grace
 
     def seen(self, phase: str | None, running: Collection[str] = ()) -> None:
         """A read showed the pod in ``phase`` with the containers ``running``."""

@@ -1265,37 +1265,24 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         soak at 92108c3, ``deferred_resumable[8]``: north answered again a second before the copy was
         created, and the copy's trigger, slow on a loaded triggerer, read the first pod's end only after the
         copy had run the work to the end a second time)."""
-        import kubernetes
-
-        hook = self.federation_hook
-        for done in self._fenced(None):
-            # A short read: a cluster that still does not answer must not hold the move up.
-            api = kubernetes.client.CoreV1Api(sync_api_client(hook.access(done.cluster), read_timeout=2.0))
-            try:
-                seen = api.read_namespaced_pod(done.pod, done.namespace)
-            except Exception:
-                continue  # silent or gone: the copy starts, and the fence watch reads on
-            if seen.status is None or seen.status.phase != "Succeeded":
-                continue
-            self.log.warning(
-                "Pod %s, left in %s when that cluster stopped answering, Succeeded: its result is taken, "
-                "no copy is started",
-                done.pod,
-                done.cluster,
-            )
-            self.use_cluster(done.cluster)
-            if self.pod_manager.remove(done.namespace, done.pod, within=10.0):
-                hook.forget_orphan(done.cluster, done.namespace, done.pod)
-            else:
-                hook.add_orphan(done.cluster, done.namespace, done.pod)
-            self._succeed_with(
-                context,
-                done,
-                f"pod {done.pod} Succeeded in {done.cluster}, which answered again before the work was "
-                "started elsewhere: its result is taken",
-            )
-            return True
-        return False
+        fenced = self._fenced(None)
+        # Short reads: a cluster that still does not answer must not hold the move up.
+        done = FenceWatch(self.federation_hook, fenced, read_timeout=2.0).look_once() if fenced else None
+        if done is None:
+            return False  # the copy starts, and the fence watch reads on while it runs
+        self.log.warning(
+            "Pod %s, left in %s when that cluster stopped answering, Succeeded: its result is taken, no copy "
+            "is started",
+            done.pod,
+            done.cluster,
+        )
+        self._take_left_result(
+            context,
+            done,
+            f"pod {done.pod} Succeeded in {done.cluster}, which answered again before the work was started "
+            "elsewhere: its result is taken",
+        )
+        return True
 
     def _fenced(self, attempt: Attempt | None) -> list[Attempt]:
         """The pods this preemptible try left (fenced) in clusters that stopped answering, to read while
@@ -1315,19 +1302,25 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             "stopped answering, Succeeded: its result is taken, the work is not finished a second time"
         )
         records.end_attempt(hook, self._record, attempt, "cancelled", reason)
-        self.use_cluster(done.cluster)
-        if self.pod_manager.remove(done.namespace, done.pod, within=10.0):
-            hook.forget_orphan(done.cluster, done.namespace, done.pod)
-        else:
-            hook.add_orphan(done.cluster, done.namespace, done.pod)
-        hook.state.orphans.forget_swept(done.cluster, done.namespace, done.pod)
-        self._succeed_with(
+        self._take_left_result(
             context,
             done,
             f"pod {done.pod} Succeeded in {done.cluster} while this try ran its work elsewhere (that "
             f"cluster had stopped answering): its result is taken; pod {attempt.pod} in {attempt.cluster} "
             "was stopped",
         )
+
+    def _take_left_result(self, context: Any, done: Attempt, reason: str) -> None:
+        """``done``, a pod this try fenced, Succeeded: the try ends in success with its result, and the pod
+        is deleted (or written down and deleted once its cluster allows)."""
+        hook = self.federation_hook
+        self.use_cluster(done.cluster)
+        if self.pod_manager.remove(done.namespace, done.pod, within=10.0):
+            hook.forget_orphan(done.cluster, done.namespace, done.pod)
+        else:
+            hook.add_orphan(done.cluster, done.namespace, done.pod)
+        hook.state.orphans.forget_swept(done.cluster, done.namespace, done.pod)
+        self._succeed_with(context, done, reason)
 
     def _result_grace(self) -> float:
         """How long a pod whose work is over is waited for: ``unreachable_grace``, preemptible or not."""

@@ -401,18 +401,6 @@ class _EndedBeforeItResumesOperator(FederatedKubernetesOperator):
         return super().trigger_reentry(context, event)
 
 
-# Its pod Succeeded and the trigger fired ``done``; the try ended unresumed and the pod was deleted by
-# someone else (the garbage collector of its deleted node): the retry must not run the work again.
-trigger_dag(
-    "fed_done_then_try_ended",
-    _EndedBeforeItResumesOperator,
-    unreachable_grace=60,
-    retries=1,
-    retry_delay=timedelta(seconds=1),
-    annotations=DONE,
-)
-
-
 class _DiesAsItSucceedsOperator(FederatedKubernetesOperator):
     """Try 1 resumes on its trigger's ``done``, finds the pod gone and takes the success its trigger saw,
     and dies as it writes that success down (the CeleryExecutor test-bed soak at 92108c3: its worker
@@ -426,14 +414,21 @@ class _DiesAsItSucceedsOperator(FederatedKubernetesOperator):
         super()._save(context)
 
 
-trigger_dag(
-    "fed_done_then_died_as_it_succeeded",
-    _DiesAsItSucceedsOperator,
-    unreachable_grace=60,
-    retries=1,
-    retry_delay=timedelta(seconds=1),
-    annotations=DONE,
-)
+# Its pod Succeeded and the trigger fired ``done``; the pod was deleted by someone else (the garbage
+# collector of its deleted node) and try 1 ended unresumed, or died as it wrote the success down: the retry
+# must not run the work again.
+for dag_id, operator in (
+    ("fed_done_then_try_ended", _EndedBeforeItResumesOperator),
+    ("fed_done_then_died_as_it_succeeded", _DiesAsItSucceedsOperator),
+):
+    trigger_dag(
+        dag_id,
+        operator,
+        unreachable_grace=60,
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        annotations=DONE,
+    )
 
 
 class _LaunchesOnceItsFirstClusterAnswersOperator(FederatedKubernetesOperator):
