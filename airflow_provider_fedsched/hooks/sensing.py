@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -193,7 +193,7 @@ def snapshots(
             lock.release()
     waiting = [n for n in stale if n not in mine]
     if waiting and wait:
-        found.update(_await_refresh(hook, waiting, now))
+        found.update(_await_refresh(hook, waiting, usable))
     if (datetime.now(UTC) - now).total_seconds() > ttl / 4:
         # The refresh took a while: the snapshots that were fresh at the start may have aged past the TTL
         # meanwhile (a decision would then find them stale and wait); other workers have likely refreshed
@@ -209,8 +209,15 @@ AWAIT_POLL_MAX = 1.0
 """Seconds between two reads of shared state while another worker refreshes a snapshot (backing off)."""
 
 
-def _await_refresh(hook: HookParts, clusters: list[str], since: datetime) -> dict[str, ClusterSnapshot]:
-    """Wait (polling shared state) for another worker's refresh of ``clusters`` after ``since``.
+def _await_refresh(
+    hook: HookParts, clusters: list[str], usable: Callable[[ClusterSnapshot, datetime], bool]
+) -> dict[str, ClusterSnapshot]:
+    """Wait (polling shared state) for another worker's refresh of ``clusters``: the first stored snapshot
+    that is ``usable`` now is taken.
+
+    Usable, not "observed after I asked": a refresh reads the cluster, then sweeps it and stores the
+    snapshot, and on a loaded machine a worker that asked in between (CI: more than a second) would
+    refuse that fresh snapshot, wait out the lease and read the cluster itself.
 
     The polls back off (50 ms, doubling, at most :data:`AWAIT_POLL_MAX`): every poll is a read of shared
     state, through the API server for a task, and twenty workers polling every 50 ms while one refreshes
@@ -221,7 +228,7 @@ def _await_refresh(hook: HookParts, clusters: list[str], since: datetime) -> dic
     pause = AWAIT_POLL_FIRST
     while pending and time.monotonic() < deadline:
         for name, snapshot in hook.state.snapshots.newest(pending).items():
-            if snapshot.observed_at >= since - timedelta(seconds=1):
+            if usable(snapshot, datetime.now(UTC)):
                 result[name] = snapshot
                 pending.remove(name)
         if pending:

@@ -414,6 +414,37 @@ def test_a_worker_waiting_for_another_workers_refresh_polls_shared_state_sparing
     assert backend.reads < 30, backend.reads  # polling every 50 ms would be 60 polls and more
 
 
+def test_a_worker_that_asks_while_another_stores_its_refresh_takes_that_snapshot(
+    fed: SimFederation, spec_path: Path
+) -> None:
+    """Another worker holding east-cpu's lease read it 2 s before this worker asked, and stores the
+    snapshot (after its sweep) 1 s after. The snapshot is fresh by the policy's TTL: the waiting worker
+    takes it and reads no cluster itself (CI: a worker that asked in between waited out the lease and read
+    the cluster again)."""
+    from datetime import timedelta
+
+    shared = FederationState(MemoryStateBackend(), federation=spec_path.stem)
+    hook = FederationHook(spec_path, kubeconfig=fed.state_dir / "kubeconfig", state=shared)
+    other = FederationHook(
+        spec_path, kubeconfig=fed.state_dir / "kubeconfig", state=FederationState(MemoryStateBackend())
+    )
+    now = datetime.now(UTC)
+    read = other.collect(["east-cpu"])["east-cpu"]
+    stored = read.model_copy(update={"observed_at": now - timedelta(seconds=2)})
+    assert shared.leases.claim(["east-cpu"], "another-worker", now, timedelta(seconds=60)) == ["east-cpu"]
+    for handle in fed.handles.values():
+        handle.reset_request_counts()
+
+    timer = threading.Timer(1.0, lambda: shared.snapshots.put([stored]))
+    timer.start()
+    try:
+        found = hook.snapshots(["east-cpu"], now=now)
+    finally:
+        timer.join(timeout=30)
+    assert found["east-cpu"].observed_at == stored.observed_at
+    assert fed["east-cpu"].request_count("GET", "/api/v1/nodes") == 0
+
+
 def test_snapshots_fresh_when_asked_are_read_again_after_a_long_wait(
     fed: SimFederation, spec_path: Path
 ) -> None:
