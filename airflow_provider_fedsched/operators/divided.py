@@ -531,7 +531,7 @@ class DividedRun:
         """The member refused a slice: it is left for this try (as a whole Job's member is), within the
         try's ``max_cluster_attempts`` refusals."""
         self.record.succeeded_indices = format_ranges(self.done)
-        self.op._leave(self.context, attempt, failure)
+        self.op.leave_cluster(self.context, attempt, failure)
         self.record.outcome, self.record.reason = "running", ""
         self._deal_due = True
         refused = [a for a in self.record.attempts if a.outcome in FAILURE_KINDS]

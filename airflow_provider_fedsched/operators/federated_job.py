@@ -207,12 +207,12 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
 
     def _place_after(self, context: Any, attempt: Attempt) -> Any:
         try:
-            return self._run_attempt(context, attempt)
+            return self.run_attempt(context, attempt)
         except ClusterLeft:
-            return self._place_and_run(context)
+            return self.place_and_run(context)
 
     # One attempt: the Job in one cluster ------------------------------------------------------------------
-    def _run_attempt(self, context: Any, attempt: Attempt) -> Any:
+    def run_attempt(self, context: Any, attempt: Attempt) -> Any:
         """Create the attempt's Job once (or reattach to it) and watch the gang until it ends."""
         self._enter(TryState.RUNNING, f"attempt {attempt.number}: job {attempt.pod} in {attempt.cluster}")
         self.use_cluster(attempt.cluster)
@@ -250,13 +250,13 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             f"{why} (job {attempt.pod} in {attempt.cluster}); no other attempt is started"
         )
 
-    def _launch(self, context: Any, decision: Any) -> Attempt:
+    def launch_attempt(self, context: Any, decision: Any) -> Attempt:
         """A new attempt, unless the task was ended meanwhile (its reservation is then released)."""
         if self._killed:
             record = self._record
             self.federation_hook.release(str(decision.cluster), record.placement_id(len(record.attempts) + 1))
             raise AirflowException("the task was ended: no job is created")
-        return super()._launch(context, decision)
+        return super().launch_attempt(context, decision)
 
     def _defer_poll(self, context: Any, attempt: Attempt) -> None:
         """Release the worker slot until the next poll (never sooner than ``[fedsched]
@@ -468,7 +468,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             self._finish(context, attempt, "lost", reason)
             return FederationError(reason)
         self._enter(TryState.LEAVING, f"{failure.kind}: {failure.reason}")
-        self._leave(context, attempt, failure)
+        self.leave_cluster(context, attempt, failure)
         return ClusterLeft(failure)
 
     # An earlier try's Job; the task ended ------------------------------------------------------------------

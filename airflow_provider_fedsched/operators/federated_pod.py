@@ -172,6 +172,10 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
 
     One class holds the whole try (docs/operator.md): its states and transitions are
     ``operators/try_states.py``; the steps below are grouped by the part of the contract they serve.
+    The public steps of the placement loop are the ones to override, as KubernetesPodOperator's are
+    (call ``super()`` to keep the contract): :meth:`place_and_run`, :meth:`decide_placement`,
+    :meth:`wait_for_room`, :meth:`launch_attempt`, :meth:`run_attempt`, :meth:`handle_attempt_failure`,
+    :meth:`leave_cluster`, besides :meth:`prepare` and :meth:`placement_request`.
     """
 
     template_fields: Sequence[str] = (
@@ -306,7 +310,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             if news.message:
                 self.log.info("Deciding again: %s", news.message)
         with self._sweeping_at_the_end():
-            return self._ended(context, self._place_and_run(context))
+            return self._ended(context, self.place_and_run(context))
 
     def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
         """Re-entry after the pod trigger fired: judge the attempt from a fresh read of its pod."""
@@ -365,14 +369,16 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         self._try_states = TryStates(self.log, strict=_unit_test_mode())
 
     # The placement loop ------------------------------------------------------------------------------
-    def _place_and_run(self, context: Any) -> Any:
+    def place_and_run(self, context: Any) -> Any:
+        """The placement loop of a try: decide, wait or launch, run; on leaving a cluster, decide again
+        (at most ``max_cluster_attempts`` clusters). Returns the task's result."""
         record = self._record
         while True:
             self._enter(TryState.DECIDING)
             tried = [a for a in record.attempts if a.outcome != "running" and not a.adopted]
             if len(tried) >= self.max_cluster_attempts:
                 raise self._give_up(context, f"gave up after {len(tried)} cluster attempt(s)")
-            decision = self._decide(context)
+            decision = self.decide_placement(context)
             records.add_decision(record, decision.to_dict())
             if record.request is None:  # for `fedsched history export`
                 record.request = self.task_request.model_dump(mode="json")
@@ -382,7 +388,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             if decision.outcome == "impossible":
                 raise self._give_up(context, f"no member cluster can ever run this task: {decision.reason}")
             if decision.outcome == "wait":
-                self._wait(context, decision)
+                self.wait_for_room(context, decision)
                 continue
             records.stop_waiting(record)
             # The decision's snapshot may have swept a pod this task left in a silent cluster, and found
@@ -398,14 +404,14 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 if adopted.outcome == "succeeded":
                     return None  # an earlier try's pod Succeeded: its success was taken
                 try:
-                    return self._run_attempt(context, adopted)
+                    return self.run_attempt(context, adopted)
                 except ClusterLeft:
                     continue
             # The try's first placement is written down as a wait sample once a pod of it is created.
             self._first_placement = self._first_placement or not record.attempts
-            attempt = self._launch(context, decision)
+            attempt = self.launch_attempt(context, decision)
             try:
-                return self._run_attempt(context, attempt)
+                return self.run_attempt(context, attempt)
             except ClusterLeft:
                 continue
 
@@ -422,7 +428,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             for missing in snapshot.missing_permissions:
                 self.log.warning("Member %s does not grant the provider (deploy/rbac.yaml) %s", name, missing)
 
-    def _wait(self, context: Any, decision: Decision) -> None:
+    def wait_for_room(self, context: Any, decision: Decision) -> None:
         """Wait for a compliant cluster: the clock runs from the first wait (across deferrals); the try
         decides again as soon as shared state shows news that changes its decision (hooks/waiting.py),
         at the latest at the wait's deadline."""
@@ -467,7 +473,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         news = watch.wait(left)
         self.log.info("Deciding again: %s", news or f"the wait's deadline ({limit:g}s) came")
 
-    def _decide(self, context: Any) -> Decision:
+    def decide_placement(self, context: Any) -> Decision:
         """A valid precomputed plan for the first decision of a try, else a fresh one; either way the
         chosen cluster holds the request (a reservation) until its snapshot shows the pod."""
         record = self._record
@@ -503,7 +509,9 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             forecast=hook.forecast_idle(now, now + horizon, self.task_request.resources),
         )
 
-    def _launch(self, context: Any, decision: Decision) -> Attempt:
+    def launch_attempt(self, context: Any, decision: Decision) -> Attempt:
+        """A new attempt in the decision's cluster, written to the try's record before any pod of it is
+        created (a worker that dies right after the create still finds the pod)."""
         record = self._record
         cluster = str(decision.cluster)
         self.use_cluster(cluster)
@@ -535,7 +543,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         )
         return attempt
 
-    def _run_attempt(self, context: Any, attempt: Attempt) -> Any:
+    def run_attempt(self, context: Any, attempt: Attempt) -> Any:
         """Run KubernetesPodOperator's flow in the attempt's cluster; judge how it ended."""
         self._enter(TryState.RUNNING, f"attempt {attempt.number}: pod {attempt.pod} in {attempt.cluster}")
         self.use_cluster(attempt.cluster)
@@ -562,7 +570,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                     return self._take_fenced(context, attempt, fences.took)
             if self._settled:
                 raise
-            outcome = self._after_failure(context, attempt, exc)
+            outcome = self.handle_attempt_failure(context, attempt, exc)
             if outcome is None:
                 return None  # the pod Succeeded before its cluster went silent: the try succeeds
             raise outcome from exc
@@ -1009,10 +1017,10 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 "Reattaching to pod %s/%s in cluster %s", attempt.namespace, attempt.pod, attempt.cluster
             )
             try:
-                return self._run_attempt(context, attempt)
+                return self.run_attempt(context, attempt)
             except ClusterLeft:
                 pass  # evicted or gone while no worker watched: place again
-        return self._place_and_run(context)
+        return self.place_and_run(context)
 
     # Start-up (sync) -------------------------------------------------------------------------------------
     def await_pod_start(self, pod: k8s.V1Pod) -> None:
@@ -1089,7 +1097,9 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 return seen
             time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
 
-    def _after_failure(self, context: Any, attempt: Attempt, exc: BaseException) -> BaseException | None:
+    def handle_attempt_failure(
+        self, context: Any, attempt: Attempt, exc: BaseException
+    ) -> BaseException | None:
         """Record how the attempt ended; return what to raise: the task's own error, a FederationError
         when the try must fail, or ClusterLeft after the pod is gone and the cluster left; None when the
         pod had Succeeded before its cluster stopped answering (the try succeeds, its work is not re-run)."""
@@ -1139,7 +1149,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         elif self._succeeded_as_removed(context, attempt, failure):
             return None
         self._enter(TryState.LEAVING, f"{failure.kind}: {failure.reason}")
-        self._leave(context, attempt, failure)
+        self.leave_cluster(context, attempt, failure)
         return ClusterLeft(failure)
 
     def _succeeded_as_removed(self, context: Any, attempt: Attempt, failure: ClusterFailure) -> bool:
@@ -1332,7 +1342,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         now = datetime.now(UTC)
         return now - timedelta(seconds=time.monotonic() - since) if since is not None else now
 
-    def _leave(self, context: Any, attempt: Attempt, failure: ClusterFailure) -> None:
+    def leave_cluster(self, context: Any, attempt: Attempt, failure: ClusterFailure) -> None:
         """Cool the cluster (or namespace) down as far as the failure says, and leave it for this try."""
         record = self._record
         records.end_attempt(self.federation_hook, record, attempt, failure.kind, failure.reason)
@@ -1637,12 +1647,12 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
                 },
             )
         except Exception as exc:
-            outcome = self._after_failure(context, attempt, exc)
+            outcome = self.handle_attempt_failure(context, attempt, exc)
             if outcome is None:  # the pod Succeeded before its cluster went silent: the try succeeds
                 self._settled = True
                 return None
             if isinstance(outcome, ClusterLeft):
-                self._inline_result = self._place_and_run(context)
+                self._inline_result = self.place_and_run(context)
                 self._settled = True
                 return self._inline_result
             self._settled = True

@@ -136,6 +136,20 @@ def test_quota_exhausted_since_the_snapshot_fails_over_in_the_same_try(
     assert pods_of(sim_federation, "fed_quota_failover") == []
 
 
+def test_a_subclass_overriding_the_public_steps_sees_each_launch_and_each_cluster_left(
+    sim_federation: SimFederation, federation: Path
+) -> None:
+    """The placement loop calls the overridable steps (``launch_attempt``, ``leave_cluster``) of a user's
+    subclass, which keeps the contract by calling ``super()``: the quota failover runs as without it."""
+    with etl_quota_taken_after_the_snapshot(sim_federation):
+        state, record, dag_run = run("fed_overridden_steps")
+
+    assert state == "success" and record is not None
+    assert path(record) == [("east-cpu", "insufficient"), ("north-gpu", "succeeded")]
+    assert xcom(dag_run, "steps") == ["launch east-cpu", "leave east-cpu: insufficient", "launch north-gpu"]
+    assert pods_of(sim_federation, "fed_overridden_steps") == []
+
+
 def test_unschedulable_pod_is_deleted_before_moving_on(
     sim_federation: SimFederation, federation: Path
 ) -> None:

@@ -598,3 +598,27 @@ with DAG("fed_airflow_fails_while_pod_runs", start_date=datetime(2026, 1, 1), sc
         checkpoint="s3://bucket/ckpt",
         **pod_args(annotations=sim(duration=2, logs=["work done"])),
     )
+
+
+class _RecordsItsStepsOperator(FederatedKubernetesOperator):
+    """A user's subclass of the public steps (docs/operator.md, "Steps you can override"): it notes each
+    launch and each cluster left, and calls ``super()`` to keep the contract."""
+
+    def execute(self, context: Any) -> Any:
+        self._steps: list[str] = []
+        try:
+            return super().execute(context)
+        finally:
+            context["ti"].xcom_push(key="steps", value=self._steps)
+
+    def launch_attempt(self, context: Any, decision: Any) -> Any:
+        attempt = super().launch_attempt(context, decision)
+        self._steps.append(f"launch {attempt.cluster}")
+        return attempt
+
+    def leave_cluster(self, context: Any, attempt: Any, failure: Any) -> None:
+        self._steps.append(f"leave {attempt.cluster}: {failure.kind}")
+        super().leave_cluster(context, attempt, failure)
+
+
+federated_dag("fed_overridden_steps", _RecordsItsStepsOperator, datasets=["user-events"], namespace="etl")
