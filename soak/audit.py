@@ -527,6 +527,31 @@ KILLED_QUIET_SECONDS = 30.0
 """A killed try's log ends at the kill: its last line at most this long before it (a try whose log
 stopped earlier hung before the kill, and the kill does not explain that)."""
 KILLS = ("kill-worker", "kill-supervisor")
+DEFERRED = "Pausing task as DEFERRED"
+ORPHAN_RESET = "orphan-reset"
+"""Not a fault the soak applies: Airflow's scheduler resetting task instances it takes for orphans (on a
+loaded machine its own heartbeat lags), read from the scheduler's log (:func:`orphan_resets`)."""
+_RESET_HEADER = re.compile(r"^(\S+) \[\w+\s*\] Reset the following \d+ orphaned TaskInstances:")
+_RESET_TASK = re.compile(r"^\s+<TaskInstance: [^.\s]+\.(\S+) \S+ (?:map_index=(-?\d+) )?\[\w+\]")
+
+
+def orphan_resets(scheduler_log: str) -> list[FaultWindow]:
+    """Each task instance Airflow's scheduler reset as an orphan, at the moment it did (its log's
+    "Reset the following N orphaned TaskInstances:" and the instances listed below it)."""
+    found: list[FaultWindow] = []
+    at: float | None = None
+    for line in scheduler_log.splitlines():
+        header = _RESET_HEADER.match(line)
+        if header:
+            at = _stamped(header.group(1))[0]
+            continue
+        listed = _RESET_TASK.match(line)
+        if listed is None or at is None:
+            at = None
+            continue
+        key = (listed.group(1), int(listed.group(2)) if listed.group(2) is not None else -1)
+        found.append(FaultWindow(ORPHAN_RESET, "scheduler", at, at, key))
+    return found
 
 
 def ended_by_faults(
@@ -538,15 +563,28 @@ def ended_by_faults(
 ) -> str | None:
     """Why a failed task's tries all ended, when each was ended by a fault the contract does not ask the
     provider to outlast; None when one try was not (that failure stays unexplained)."""
-    why = [_try_ended_by(key, log, faults, silences, grace) for log in logs]
+    starts = [_first_stamp(log) for log in logs]
+    why = [
+        _try_ended_by(key, log, faults, silences, grace, next_start)
+        for log, next_start in zip(logs, [*starts[1:], None], strict=True)
+    ]
     if not why or any(w is None for w in why):
         return None
     each = ", ".join(f"try {n} {w}" for n, w in enumerate(why, 1))
     return f"each of its {len(why)} tries ended by a fault: {each}"
 
 
+def _first_stamp(log: str) -> float | None:
+    return next((at for at, _ in map(_stamped, log.splitlines()) if at is not None), None)
+
+
 def _try_ended_by(
-    key: TaskKey, log: str, faults: Collection[FaultWindow], silences: Collection[Silence], grace: float
+    key: TaskKey,
+    log: str,
+    faults: Collection[FaultWindow],
+    silences: Collection[Silence],
+    grace: float,
+    next_start: float | None = None,
 ) -> str | None:
     stamped = [(at, line) for at, line in map(_stamped, log.splitlines()) if at is not None]
     if not stamped:
@@ -566,6 +604,13 @@ def _try_ended_by(
             f.start <= at <= f.end + API_RECOVERY_SECONDS for at in failed_at
         ):
             return "failed by Airflow's API as the metadata database restarted"
+    # Reset: it deferred, and Airflow's scheduler reset the task as an orphan after its log's last line and
+    # before the next try began: its resumption never ran, so the provider never judged this try again.
+    if DEFERRED in log:
+        for f in faults:
+            before_next = next_start is None or f.start <= next_start
+            if f.kind == ORPHAN_RESET and f.task == key and last <= f.start and before_next:
+                return "deferred, then reset as an orphan by Airflow's scheduler (its resumption never ran)"
     # Killed: its log ends, unfinished, at a SIGKILL of its worker (or of its own supervisor).
     if TRY_FINISHED not in log:
         for f in faults:

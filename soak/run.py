@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from soak import tasklogs
-from soak.audit import Audit, Expectation, FaultWindow, Silence, TaskKey, audit
+from soak.audit import Audit, Expectation, FaultWindow, Silence, TaskKey, audit, orphan_resets
 from soak.clusters import ClusterError, Clusters
 from soak.deployment import REPO, Airflow, session_cpu_seconds
 from soak.faults import SILENCING, Injector, schedule
@@ -326,8 +326,12 @@ def collect_and_audit(
         grace=plan.unreachable_grace,
         nodes_deleted=[r.target.partition("/")[0] for r in injector.applied if r.kind == "delete-node"],
         try_logs=try_logs,
-        faults=fault_windows(injector, origin),
+        faults=[*fault_windows(injector, origin), *orphan_resets(_read(airflow.home / "scheduler.log"))],
     )
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def fault_windows(injector: Injector, origin: float) -> list[FaultWindow]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_fedsched.sim import SimFederation, wait_for
-from soak.audit import JOB_UID, Expectation, FaultWindow, Silence, TaskKey, audit, gangs
+from soak.audit import JOB_UID, Expectation, FaultWindow, Silence, TaskKey, audit, gangs, orphan_resets
 from soak.clusters import Clusters
 from soak.run import key_of
 
@@ -400,6 +400,80 @@ def test_a_failure_whose_every_try_a_fault_ended_is_explained_and_no_failure_by_
         "try 3 killed (kill-worker worker-1)"
     )
     assert result.clean
+
+
+SCHEDULER_LOG = """\
+1970-01-01T00:02:00.000000Z [info     ] Adopting or resetting orphaned tasks for active dag runs [x] loc=y
+1970-01-01T00:02:10.500000Z [info     ] Reset the following 2 orphaned TaskInstances:
+\t<TaskInstance: fedsched_soak.t manual__1970-01-01T00:00:00+00:00 map_index=0 [queued] ti_id=a>
+\t<TaskInstance: fedsched_soak.other manual__1970-01-01T00:00:00+00:00 map_index=3 [running] ti_id=b> [x]
+1970-01-01T00:02:11.000000Z [warning  ] Starting call to 'airflow.sdk.api.client.Client.request' [x] loc=y
+"""
+DEFERRED_TRY = stamped(
+    (60, "INFO Try: deciding -> waiting (wait: no cluster can take it now)"),
+    (61, "INFO ::group::Post Execute"),
+    (62, "INFO Pausing task as DEFERRED."),
+)
+
+
+def test_the_scheduler_s_orphan_resets_are_read_from_its_log_with_their_moment() -> None:
+    assert orphan_resets(SCHEDULER_LOG) == [
+        FaultWindow("orphan-reset", "scheduler", 130.5, 130.5, ("t", 0)),
+        FaultWindow("orphan-reset", "scheduler", 130.5, 130.5, ("other", 3)),
+    ]
+
+
+def test_a_deferred_try_whose_resumption_the_scheduler_reset_as_an_orphan_is_explained() -> None:
+    """The LocalExecutor test-bed soak at 1483d8e, ``vault_wait[3]``: try 1 deferred (waiting for room),
+    its trigger fired, and the scheduler (its heartbeat late at load 47) reset the queued resumption as
+    an orphan, so try 1 never ran again; try 2 failed as the metadata database restarted."""
+    result = audit(
+        [],
+        [{**ti("t", 0, "failed"), "try_number": 2}],
+        [Expectation("t", 0)],
+        REGIONS,
+        ALLOWED,
+        key_of,
+        logs=lambda key: API_FAILED_TRY,
+        grace=45,
+        try_logs=lambda key: [DEFERRED_TRY, API_FAILED_TRY],
+        faults=[*FAULTS, *orphan_resets(SCHEDULER_LOG)],
+    )
+    assert (result.failed, result.unexplained, result.failed_by_fault) == (1, 0, 0)
+    (failed,) = [f.text for f in result.findings if f.kind == "failed"]
+    assert failed == (
+        "each of its 2 tries ended by a fault: try 1 deferred, then reset as an orphan by Airflow's "
+        "scheduler (its resumption never ran), try 2 failed by Airflow's API as the metadata database "
+        "restarted"
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "resets"),
+    [
+        ("no reset of this task", [FaultWindow("orphan-reset", "scheduler", 130.5, 130.5, ("other", 0))]),
+        # A reset before the try's last line: the try went on after it, the reset did not end it.
+        ("reset before it deferred", [FaultWindow("orphan-reset", "scheduler", 61.5, 61.5, ("t", 0))]),
+        # A reset after the next try began was that try's, not this one's.
+        ("reset of the next try", [FaultWindow("orphan-reset", "scheduler", 250, 250, ("t", 0))]),
+    ],
+)
+def test_a_deferred_try_without_a_reset_that_ended_it_stays_unexplained(
+    case: str, resets: list[FaultWindow]
+) -> None:
+    result = audit(
+        [],
+        [{**ti("t", 0, "failed"), "try_number": 2}],
+        [Expectation("t", 0)],
+        REGIONS,
+        ALLOWED,
+        key_of,
+        logs=lambda key: API_FAILED_TRY,
+        grace=45,
+        try_logs=lambda key: [DEFERRED_TRY, API_FAILED_TRY],
+        faults=[*FAULTS, *resets],
+    )
+    assert result.unexplained == 1, case
 
 
 @pytest.mark.parametrize(
