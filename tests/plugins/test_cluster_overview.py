@@ -32,8 +32,14 @@ def hook(fed: SimFederation, tmp_path: Path) -> FederationHook:
     spec["policy"]["snapshot_ttl_seconds"] = 60  # a page load reuses a snapshot for 30 s
     path = tmp_path / "federation.yaml"
     path.write_text(yaml.safe_dump(spec))
+    # The members answer within 30 s however loaded the machine (CI: the default timeout ran out under
+    # a load of 20-47, and a member that answers late is rightly shown unavailable): what is asserted is
+    # which snapshots a page load takes again, not how fast a member answers.
     return FederationHook(
-        path, kubeconfig=fed.state_dir / "kubeconfig", state=FederationState(MemoryStateBackend())
+        path,
+        kubeconfig=fed.state_dir / "kubeconfig",
+        state=FederationState(MemoryStateBackend()),
+        snapshot_timeout=30.0,
     )
 
 
@@ -72,7 +78,10 @@ def test_a_page_load_takes_stale_snapshots_again_and_reuses_fresh_ones(
     rows = {row["name"]: row for row in cluster_overview(hook)}
 
     assert asked == [sorted(rows)]  # every stale member, in one concurrent collect
-    assert all(row["reachable"] and row["snapshot_age_seconds"] < 30 for row in rows.values()), rows
+    seen = {
+        name: (row["reachable"], row.get("reason"), row["snapshot_age_seconds"]) for name, row in rows.items()
+    }
+    assert all(reachable and age < 30 for reachable, _, age in seen.values()), seen
     assert {row["snapshot_note"] for row in rows.values()} == {"taken for this page load"}
 
     again = {row["name"]: row for row in cluster_overview(hook)}  # a second load, at once
