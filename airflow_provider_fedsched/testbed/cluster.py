@@ -336,8 +336,9 @@ class TestbedCluster:
         """One line per finished request of the admin and the provider: what request_count reads, and
         the provider's denied requests (its Leases too: a ledger the manifests forbid must show). Every
         write of a pod or its status, whoever sends it (kwok playing the kubelet, the Job controller, the
-        scheduler's binding), with the object as it then was: the pod's life as the cluster recorded it,
-        which the soak's auditor reads (``testbed/podlife.py``)."""
+        scheduler's binding), with the object as it then was, and every delete of a pod with the pod as
+        the delete found it: the pod's life as the cluster recorded it, which the soak's auditor reads
+        (``soak/auditlog.py``)."""
         return {
             "apiVersion": "audit.k8s.io/v1",
             "kind": "Policy",
@@ -349,7 +350,8 @@ class TestbedCluster:
                     "verbs": ["create", "update", "patch"],
                 },
                 {
-                    "level": "Metadata",
+                    # With the pod as the delete found it: a status write answered 504 may have landed.
+                    "level": "RequestResponse",
                     "resources": [{"group": "", "resources": ["pods"]}],
                     "verbs": ["delete", "deletecollection"],
                 },

@@ -119,3 +119,29 @@ def test_events_reads_finished_requests_in_order(tmp_path: Path) -> None:
     started = {**early, "stage": "RequestReceived"}
     path.write_text("\n".join(json.dumps(e) for e in (late, early, started)) + "\n")
     assert [e["stageTimestamp"] for e in events([path])] == [stamp(2), stamp(5)]
+
+
+def test_a_status_write_answered_504_that_landed_shows_in_the_pod_the_delete_found() -> None:
+    """The LocalExecutor test-bed soak at 1483d8e, ``sync_plain[11]``: kwok's write of the pod's end was
+    answered 504 as its kube-apiserver came back from a SIGSTOP, yet landed (etcd held the pod Succeeded
+    at the next revision); the provider's sweep read it Succeeded and deleted it. The journal takes the
+    end from the pod the delete found, not "deleted while running"."""
+    log = [
+        write(1, "create", pod_object("p", "u1"), user=PROVIDER_USER, code=201),
+        write(3, "patch", pod_object("p", "u1", "Running", "n1", RUNNING), sub="status"),
+        write(60, "patch", {"kind": "Status", "code": 504}, sub="status", code=504),
+        write(64, "delete", pod_object("p", "u1", "Succeeded", "n1", DONE), user=PROVIDER_USER),
+    ]
+    (entry,) = journal("east", log, present=[], observed_at=T0 + 70)["pods"]
+    assert (entry["outcome"], entry["exit_code"], entry["phase"]) == ("succeeded", 0, "Succeeded")
+    assert entry["ended_at"] == T0 + 64  # no earlier than the write the cluster confirmed
+
+
+def test_a_pod_the_delete_found_running_was_deleted_while_it_ran() -> None:
+    log = [
+        write(1, "create", pod_object("p", "u1"), user=PROVIDER_USER, code=201),
+        write(3, "patch", pod_object("p", "u1", "Running", "n1", RUNNING), sub="status"),
+        write(30, "delete", pod_object("p", "u1", "Running", "n1", RUNNING), user=PROVIDER_USER),
+    ]
+    (entry,) = journal("east", log, present=[], observed_at=T0 + 40)["pods"]
+    assert entry["outcome"] == "deleted" and entry["phase"] == "Running"
