@@ -416,6 +416,23 @@ DEFERRED_TRY = stamped(
 )
 
 
+def audit_deferred_then_api_failed(resets: list[FaultWindow]) -> Any:
+    """A failed task of two tries: one deferred (``DEFERRED_TRY``), one Airflow's API failed as the
+    database restarted; ``resets``: the scheduler's orphan resets beside the run's faults."""
+    return audit(
+        [],
+        [{**ti("t", 0, "failed"), "try_number": 2}],
+        [Expectation("t", 0)],
+        REGIONS,
+        ALLOWED,
+        key_of,
+        logs=lambda key: API_FAILED_TRY,
+        grace=45,
+        try_logs=lambda key: [DEFERRED_TRY, API_FAILED_TRY],
+        faults=[*FAULTS, *resets],
+    )
+
+
 def test_the_scheduler_s_orphan_resets_are_read_from_its_log_with_their_moment() -> None:
     assert orphan_resets(SCHEDULER_LOG) == [
         FaultWindow("orphan-reset", "scheduler", 130.5, 130.5, ("t", 0)),
@@ -427,18 +444,7 @@ def test_a_deferred_try_whose_resumption_the_scheduler_reset_as_an_orphan_is_exp
     """The LocalExecutor test-bed soak at 1483d8e, ``vault_wait[3]``: try 1 deferred (waiting for room),
     its trigger fired, and the scheduler (its heartbeat late at load 47) reset the queued resumption as
     an orphan, so try 1 never ran again; try 2 failed as the metadata database restarted."""
-    result = audit(
-        [],
-        [{**ti("t", 0, "failed"), "try_number": 2}],
-        [Expectation("t", 0)],
-        REGIONS,
-        ALLOWED,
-        key_of,
-        logs=lambda key: API_FAILED_TRY,
-        grace=45,
-        try_logs=lambda key: [DEFERRED_TRY, API_FAILED_TRY],
-        faults=[*FAULTS, *orphan_resets(SCHEDULER_LOG)],
-    )
+    result = audit_deferred_then_api_failed(orphan_resets(SCHEDULER_LOG))
     assert (result.failed, result.unexplained, result.failed_by_fault) == (1, 0, 0)
     (failed,) = [f.text for f in result.findings if f.kind == "failed"]
     assert failed == (
@@ -461,18 +467,7 @@ def test_a_deferred_try_whose_resumption_the_scheduler_reset_as_an_orphan_is_exp
 def test_a_deferred_try_without_a_reset_that_ended_it_stays_unexplained(
     case: str, resets: list[FaultWindow]
 ) -> None:
-    result = audit(
-        [],
-        [{**ti("t", 0, "failed"), "try_number": 2}],
-        [Expectation("t", 0)],
-        REGIONS,
-        ALLOWED,
-        key_of,
-        logs=lambda key: API_FAILED_TRY,
-        grace=45,
-        try_logs=lambda key: [DEFERRED_TRY, API_FAILED_TRY],
-        faults=[*FAULTS, *resets],
-    )
+    result = audit_deferred_then_api_failed(resets)
     assert result.unexplained == 1, case
 
 
