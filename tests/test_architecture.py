@@ -429,3 +429,52 @@ def test_process_state_is_recognised(tmp_path: Path) -> None:
         "_lock",
         "global _client",
     ]
+
+
+# Shared state has one writer API, state/, and outside hooks/ it is reached through the hook's verbs
+# (issue 28, item 4): an operator, trigger, CLI command or page never holds a store of its own.
+STATE_REACHERS = {f"{PACKAGE}.hooks", f"{PACKAGE}.state"}
+
+
+def _names_a_hook(value: ast.expr) -> bool:
+    """``hook``, ``self.federation_hook``, ``self._hook()``: an expression that names a hook."""
+    if isinstance(value, ast.Call):
+        value = value.func
+    name = value.attr if isinstance(value, ast.Attribute) else value.id if isinstance(value, ast.Name) else ""
+    return "hook" in name.lower()
+
+
+def state_reached_through_a_hook(name: str, path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        f"{name}:{node.lineno} {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "state" and _names_a_hook(node.value)
+    ]
+
+
+def test_only_hooks_and_state_reach_into_the_hook_s_state() -> None:
+    found = [
+        line
+        for name, path in modules().items()
+        if part_of(name) not in STATE_REACHERS
+        for line in state_reached_through_a_hook(name, path)
+    ]
+    assert found == [], "call a verb of FederationHook instead:\n" + "\n".join(found)
+
+
+def test_reaching_into_the_hook_s_state_is_recognised(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "def f(self, hook, app):\n"
+        "    hook.state.deferred.add(1)\n"
+        "    self.federation_hook.state.orphans.forget(2)\n"
+        "    self._hook().state.snapshots.newest([])\n"
+        "    app.state.signed_in = True\n"
+        "    return hook.swept_success('a', 'b', 'c')\n"
+    )
+    assert [line.split(" ", 1)[1] for line in state_reached_through_a_hook("m", module)] == [
+        "hook.state",
+        "self.federation_hook.state",
+        "self._hook().state",
+    ]

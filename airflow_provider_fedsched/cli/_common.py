@@ -574,7 +574,7 @@ def live_snapshots(
         raise UsageError("; ".join(missing))
     snapshots = hook.collect()
     if limits is not None:
-        limits.update({name: hook.state.quota_limits.get(name) for name in snapshots})
+        limits.update({name: hook.quota_limits(name) for name in snapshots})
     return snapshots
 
 

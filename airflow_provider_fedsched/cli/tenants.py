@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     hook = FederationHook(spec, state="memory" if snapshots is not None else "airflow")
     if snapshots is not None:
-        hook.state.snapshots.put(snapshots.values())
+        hook.store_snapshots(snapshots.values())
     rows = hook.tenants(datetime.now(UTC))
     if args.json:
         common.print_json({"tenants": rows})

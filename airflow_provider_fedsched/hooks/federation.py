@@ -331,6 +331,18 @@ class FederationHook(BaseHook):
         """The newest snapshot of ``cluster`` in shared state, however old (no refresh)."""
         return self.state.snapshots.get(cluster)
 
+    def stored_snapshots(self, clusters: Iterable[str]) -> dict[str, ClusterSnapshot]:
+        """The newest snapshot in shared state of each of ``clusters`` that has one (no refresh)."""
+        return self.state.snapshots.newest(clusters)
+
+    def store_snapshots(self, snapshots: Iterable[ClusterSnapshot]) -> None:
+        """Snapshots taken elsewhere (files given to the CLI) become the shared ones."""
+        self.state.snapshots.put(snapshots)
+
+    def quota_limits(self, cluster: str) -> dict[str, dict[str, int]]:
+        """The ResourceQuota limits the last refresh of ``cluster`` read, if any."""
+        return self.state.quota_limits.get(cluster)
+
     def record(self, cluster: str, kind: str, sample: Mapping[str, Any]) -> None:
         """Add a history sample (``kind``: utilization, start_latency, outcome, wait) for the page and
         forecast."""
@@ -370,6 +382,38 @@ class FederationHook(BaseHook):
     def forget_orphan(self, cluster: str, namespace: str, pod: str, kind: str = "pod") -> None:
         """Taken off the list: a later try watches it again (it adopted it)."""
         self.state.orphans.forget(cluster, namespace, pod, kind)
+
+    def swept_success(self, cluster: str, namespace: str, name: str, kind: str = "pod") -> bool:
+        """Whether the snapshot that deleted this orphan pod (a Job: ``kind="job"``) saw it end well."""
+        return self.state.orphans.was_swept_succeeded(cluster, namespace, name, kind)
+
+    def forget_swept_success(self, cluster: str, namespace: str, name: str, kind: str = "pod") -> None:
+        """The task took that success: the note goes."""
+        self.state.orphans.forget_swept(cluster, namespace, name, kind)
+
+    # Deferred tries (swept by hooks/sensing.py when a try ends with no trigger watching) --------------
+    def note_deferral(
+        self, cluster: str, namespace: str, name: str, task_instance: Any, kind: str = "pod"
+    ) -> None:
+        """A try defers while its pod (a Job: ``kind="job"``) runs: written down with its task instance."""
+        ids = {
+            "dag_id": task_instance.dag_id,
+            "run_id": task_instance.run_id,
+            "task_id": task_instance.task_id,
+            "map_index": task_instance.map_index,
+        }
+        self.state.deferred.add(cluster, namespace, name, ids, kind=kind)
+
+    def deferral(self, cluster: str, namespace: str, name: str, kind: str = "pod") -> dict[str, Any] | None:
+        """The deferral's entry (with ``ended`` once its trigger saw the pod end), if written down."""
+        return self.state.deferred.get(cluster, namespace, name, kind)
+
+    def note_deferred_pod_ended(self, cluster: str, namespace: str, name: str, phase: str) -> None:
+        """The pod trigger saw the deferred pod end in ``phase``."""
+        self.state.deferred.ended(cluster, namespace, name, phase)
+
+    def forget_deferral(self, cluster: str, namespace: str, name: str, kind: str = "pod") -> None:
+        self.state.deferred.forget(cluster, namespace, name, kind)
 
     # Tenants (see hooks/tenancy.py) -------------------------------------------------------------------
     def tenants(self, now: datetime | None = None) -> list[dict[str, Any]]:

@@ -640,14 +640,12 @@ class DividedRun:
             if earlier.succeeded_indices:
                 done.update(self._indices_of(earlier.succeeded_indices))
             # A slice left in a silent member that the snapshot deleting it saw complete (hooks/sensing.py).
-            orphans = self.hook.state.orphans
             for attempt in earlier.known_attempts:
                 left = attempt.outcome in ("unreachable", "lost", "running") and attempt.indices
-                if left and orphans.was_swept_succeeded(
-                    attempt.cluster, attempt.namespace, attempt.pod, "job"
-                ):
+                where = (attempt.cluster, attempt.namespace, attempt.pod)
+                if left and self.hook.swept_success(*where, "job"):
                     done.update(self._indices_of(str(attempt.indices)))
-                    orphans.forget_swept(attempt.cluster, attempt.namespace, attempt.pod, "job")
+                    self.hook.forget_swept_success(*where, "job")
         self._earlier_found = done
         self.op._adopt_earlier(self.context)  # -> take_earlier with what the members hold
         return self._earlier_found

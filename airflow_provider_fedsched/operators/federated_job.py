@@ -202,7 +202,7 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         attempt = self._record.current
         if attempt is None or attempt.outcome != "running":
             raise FederationError("resumed from a deferral without a running attempt in the placement record")
-        self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod, "job")
+        self.federation_hook.forget_deferral(attempt.cluster, attempt.namespace, attempt.pod, "job")
         return self._place_after(context, attempt)
 
     def _place_after(self, context: Any, attempt: Attempt) -> Any:
@@ -267,13 +267,8 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
 
         from airflow_provider_fedsched.triggers.pod import min_deferral_seconds
 
-        ti = context["ti"]
-        self.federation_hook.state.deferred.add(
-            attempt.cluster,
-            attempt.namespace,
-            attempt.pod,
-            {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index},
-            kind="job",
+        self.federation_hook.note_deferral(
+            attempt.cluster, attempt.namespace, attempt.pod, context["ti"], kind="job"
         )
         self._save(context)
         pause = max(float(self.job_poll_interval), min_deferral_seconds())

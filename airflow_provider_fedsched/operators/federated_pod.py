@@ -423,7 +423,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             | {r.cluster for r in decision.rejected}
             | {c.cluster for c in decision.candidates}
         )
-        snapshots = self.federation_hook.state.snapshots.newest(sorted(n for n in names if n))
+        snapshots = self.federation_hook.stored_snapshots(sorted(n for n in names if n))
         for name, snapshot in sorted(snapshots.items()):
             for missing in snapshot.missing_permissions:
                 self.log.warning("Member %s does not grant the provider (deploy/rbac.yaml) %s", name, missing)
@@ -778,17 +778,16 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         for ``do_xcom_push`` tasks."""
         if self.do_xcom_push:
             return False
-        state = self.federation_hook.state
-        orphans, kind = state.orphans, self.earlier_kind
+        hook, kind = self.federation_hook, self.earlier_kind
         for attempt in self._left_unread():
             where = (attempt.cluster, attempt.namespace, attempt.pod)
-            if orphans.was_swept_succeeded(*where, kind):
+            if hook.swept_success(*where, kind):
                 ended = "Succeeded" if kind == "pod" else "completed"
                 reason = (
                     f"{kind} {attempt.pod} {ended} in {attempt.cluster} while that cluster was silent to "
                     "this task (the snapshot that deleted it saw it end): its work is not run again"
                 )
-            elif kind == "pod" and (state.deferred.get(*where) or {}).get("ended") == "Succeeded":
+            elif kind == "pod" and (hook.deferral(*where) or {}).get("ended") == "Succeeded":
                 # Its trigger saw it Succeeded, and the try ended before it resumed (the scheduler reset
                 # it); the pod may be gone since (the garbage collector of a deleted node).
                 reason = (
@@ -798,8 +797,8 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             else:
                 continue
             self._succeed_with(context, attempt, reason)
-            orphans.forget_swept(*where, kind)
-            state.deferred.forget(*where, kind)
+            hook.forget_swept_success(*where, kind)
+            hook.forget_deferral(*where, kind)
             return True
         return False
 
@@ -1329,7 +1328,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             hook.forget_orphan(done.cluster, done.namespace, done.pod)
         else:
             hook.add_orphan(done.cluster, done.namespace, done.pod)
-        hook.state.orphans.forget_swept(done.cluster, done.namespace, done.pod)
+        hook.forget_swept_success(done.cluster, done.namespace, done.pod)
         self._succeed_with(context, done, reason)
 
     def _result_grace(self) -> float:
@@ -1481,7 +1480,7 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             attempt = self._record.current
             if attempt is not None and attempt.outcome == "running":
                 self.use_cluster(attempt.cluster)
-                self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
+                self.federation_hook.forget_deferral(attempt.cluster, attempt.namespace, attempt.pod)
                 error = (next_kwargs or {}).get("error", "unknown error")
                 self.log.error("The pod trigger failed (%s): deleting pod %s", error, attempt.pod)
                 self._trigger_failed(context, attempt, str(error))
@@ -1529,19 +1528,14 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             return
         ti = context["ti"] if context is not None else None
         if ti is not None:  # for the sweep of tries that end while no trigger watches (hooks/sensing.py)
-            self.federation_hook.state.deferred.add(
-                attempt.cluster,
-                attempt.namespace,
-                attempt.pod,
-                {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index},
-            )
+            self.federation_hook.note_deferral(attempt.cluster, attempt.namespace, attempt.pod, ti)
         self.defer(trigger=trigger, method_name="trigger_reentry")
 
     def _unreadable_event(self, context: Any, attempt: Attempt, problem: str) -> FederationError:
         """The trigger's event cannot be read (``triggers/events.py``): nobody knows what it saw, so the
         pod is deleted and the try fails with the field at fault, as when the trigger itself failed."""
         self.use_cluster(attempt.cluster)
-        self.federation_hook.state.deferred.forget(attempt.cluster, attempt.namespace, attempt.pod)
+        self.federation_hook.forget_deferral(attempt.cluster, attempt.namespace, attempt.pod)
         self.log.error("%s: deleting pod %s", problem, attempt.pod)
         return self._trigger_failed(context, attempt, problem)
 
@@ -1553,21 +1547,21 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         before its success is written leaves it to the next try (or to the sweep of ended tries). The
         CeleryExecutor test-bed soak at 92108c3, ``deferred_plain[10]``: forgotten as the try began, its
         worker SIGKILLed before the success was written, and the retry ran the work again."""
-        deferred = self.federation_hook.state.deferred
-        noted = deferred.get(attempt.cluster, attempt.namespace, attempt.pod) or {}
+        hook = self.federation_hook
         where = (attempt.cluster, attempt.namespace, attempt.pod)
+        noted = hook.deferral(*where) or {}
         try:
             result = self._judge_reentry(context, attempt, event, noted)
         except TaskDeferred:
             current = self._record.current
             if current is None or (current.cluster, current.namespace, current.pod) != where:
-                deferred.forget(*where)  # it defers on another pod (on this one, its entry is rewritten)
+                hook.forget_deferral(*where)  # it defers on another pod (on this one, its entry is rewritten)
             raise
         except BaseException:
             if noted.get("ended") != "Succeeded":
-                deferred.forget(*where)
+                hook.forget_deferral(*where)
             raise  # a success seen stays for the next try; the sweep of ended tries keeps it then
-        deferred.forget(*where)
+        hook.forget_deferral(*where)
         return result
 
     def _judge_reentry(

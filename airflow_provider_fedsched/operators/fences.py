@@ -105,8 +105,6 @@ class FenceWatch:
         if not seen.answered:
             return None
         if seen.pod is None:
-            swept = self.hook.state.orphans.was_swept_succeeded(
-                attempt.cluster, attempt.namespace, attempt.pod
-            )
+            swept = self.hook.swept_success(attempt.cluster, attempt.namespace, attempt.pod)
             return "Succeeded" if swept else "gone"
         return seen.phase

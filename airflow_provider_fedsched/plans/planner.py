@@ -221,7 +221,7 @@ class _HookView:
         return cls(
             hook=hook,
             inputs=hook.view(names, namespace=None, now=now),
-            quotas={name: hook.state.quota_limits.get(name) for name in names},
+            quotas={name: hook.quota_limits(name) for name in names},
             models=hook.fold_profiles(),
         )
 

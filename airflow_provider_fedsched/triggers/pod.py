@@ -353,8 +353,7 @@ class FederatedPodTrigger(BaseTrigger):
             except Exception as exc:
                 if not is_gone(exc):
                     continue  # silent (or refusing) for now
-                orphans = self._hook().state.orphans
-                swept = await _off_the_loop(orphans.was_swept_succeeded, cluster, namespace, name)
+                swept = await _off_the_loop(self._hook().swept_success, cluster, namespace, name)
                 phase = "Succeeded" if swept else "gone"
             if phase == "Succeeded":
                 return entry
@@ -366,7 +365,7 @@ class FederatedPodTrigger(BaseTrigger):
         """Write down that the pod ended, for the operator, before the event is held back or lost."""
 
         def note() -> None:
-            self._hook().state.deferred.ended(self.cluster, self.pod_namespace, self.pod_name, phase)
+            self._hook().note_deferred_pod_ended(self.cluster, self.pod_namespace, self.pod_name, phase)
 
         try:
             await _off_the_loop(note)
