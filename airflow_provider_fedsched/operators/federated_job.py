@@ -89,8 +89,6 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         self.division_size = (0, 0)
         """``(completions, parallelism)`` of a divided Job, as it runs (set by :meth:`prepare`)."""
         self._divided: DividedRun | None = None
-        self._killed = False
-        """Set by :meth:`on_kill`: the task was ended; nothing is judged, created or launched after it."""
 
     # The gang ------------------------------------------------------------------------------------------
     def prepare(self, context: Any = None, hook: Any = None) -> tuple[k8s.V1Pod, TaskRequest]:
@@ -241,22 +239,6 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
             if left is None:
                 return None  # the Job was found complete on its way out: the try succeeds
             raise left from judged
-
-    def _ended_by_kill(self, attempt: Attempt) -> AirflowException:
-        """What the attempt loop raises once the task was ended (:meth:`on_kill` deleted the Job): the
-        Job's disappearance is not a lost Job, and no other attempt is started."""
-        why = self._record.reason or "the task was ended while its job ran"
-        return AirflowException(
-            f"{why} (job {attempt.pod} in {attempt.cluster}); no other attempt is started"
-        )
-
-    def launch_attempt(self, context: Any, decision: Any) -> Attempt:
-        """A new attempt, unless the task was ended meanwhile (its reservation is then released)."""
-        if self._killed:
-            record = self._record
-            self.federation_hook.release(str(decision.cluster), record.placement_id(len(record.attempts) + 1))
-            raise AirflowException("the task was ended: no job is created")
-        return super().launch_attempt(context, decision)
 
     def _defer_poll(self, context: Any, attempt: Attempt) -> None:
         """Release the worker slot until the next poll (never sooner than ``[fedsched]

@@ -27,7 +27,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
     OnFinishAction,
     detect_pod_terminate_early_issues,
 )
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.federation.decision import Decision
@@ -250,6 +250,8 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
         self._context: Any = None
         self._created: bool | None = None
         self._settled = False
+        self._killed = False
+        """Set by :meth:`on_kill`: the task was ended; nothing is judged, created or launched after it."""
         self._inline_result: Any = None
         self._result_read = False
         """A ``do_xcom_push`` attempt's result was read from its pod: only then is its success written."""
@@ -511,9 +513,13 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
 
     def launch_attempt(self, context: Any, decision: Decision) -> Attempt:
         """A new attempt in the decision's cluster, written to the try's record before any pod of it is
-        created (a worker that dies right after the create still finds the pod)."""
+        created (a worker that dies right after the create still finds the pod); none once the task was
+        ended (its reservation is then released)."""
         record = self._record
         cluster = str(decision.cluster)
+        if self._killed:
+            self.federation_hook.release(cluster, record.placement_id(len(record.attempts) + 1))
+            raise AirflowException(f"the task was ended: no {self.earlier_kind} is created")
         self.use_cluster(cluster)
         namespace = (
             self.federation_hook.spec.cluster(cluster).namespace
@@ -1101,7 +1107,12 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
     ) -> BaseException | None:
         """Record how the attempt ended; return what to raise: the task's own error, a FederationError
         when the try must fail, or ClusterLeft after the pod is gone and the cluster left; None when the
-        pod had Succeeded before its cluster stopped answering (the try succeeds, its work is not re-run)."""
+        pod had Succeeded before its cluster stopped answering (the try succeeds, its work is not re-run).
+        Once the task was ended (:meth:`on_kill`), nothing is judged: the pod's end is that cancellation,
+        and no other attempt is started (the CI soak at 2a1d15f, ``sync_plain[7]``: marked failed, its
+        deleted pod read as evicted, a copy launched elsewhere ran to the end after the process died)."""
+        if self._killed:
+            return self._ended_by_kill(attempt)
         seen = self._observe(attempt) if airflow_failed(exc) and not self.do_xcom_push else None
         if seen is not None and seen.phase == "Succeeded":
             self._done_while_airflow_failed(context, attempt, exc)
@@ -1388,6 +1399,14 @@ class FederatedKubernetesOperator(KubernetesPodOperator):
             if reraise:
                 raise
             return False
+
+    def _ended_by_kill(self, attempt: Attempt) -> AirflowException:
+        """What the attempt loop raises once the task was ended (:meth:`on_kill` deleted what ran): its
+        disappearance is not a failure of the cluster, and no other attempt is started."""
+        why = self._record.reason or f"the task was ended while its {self.earlier_kind} ran"
+        return AirflowException(
+            f"{why} ({self.earlier_kind} {attempt.pod} in {attempt.cluster}); no other attempt is started"
+        )
 
     def _cancel(self) -> None:
         """The task was ended (UI, API, timeout, or Airflow resetting a try it took for orphaned): delete

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -758,6 +759,49 @@ def test_on_kill_deletes_the_pod_in_the_cluster_where_it_runs(
     operator.on_kill()
 
     north.wait_for_gone("default", "killed-task", timeout=10)
+
+
+def test_a_preemptible_task_ended_while_its_pod_runs_starts_nothing_else(
+    sim_federation: SimFederation, federation: Path, background: Callable[[Callable[[], None]], None]
+) -> None:
+    """The CI soak at 2a1d15f, ``sync_plain[7]``: the task was marked failed while its pod ran; ``on_kill``
+    deleted the pod, the attempt loop judged the deleted pod (read as evicted) and launched a copy in
+    another member, which ran to the end after the task process was killed and stayed in the API. The
+    operator's own cancellation is never judged: after ``on_kill`` nothing is judged or launched. Before
+    the fix this test failed too: the loop judged the deleted pod and wrote the attempt ``failed`` over
+    its ``cancelled``."""
+    dag_id = "fed_ended_preemptible"
+    previous = signal.getsignal(signal.SIGTERM)
+    creates_before = pod_creates(sim_federation)
+    ended: list[str] = []
+
+    def end_the_task_once_its_pod_runs() -> None:
+        def running() -> str | None:
+            for name, handle in sim_federation.handles.items():
+                for pod in handle.pods():
+                    labels = pod["metadata"].get("labels") or {}
+                    if labels.get("dag_id") == dag_id and (pod.get("status") or {}).get("phase") == "Running":
+                        return name
+            return None
+
+        cluster = wait_for(running, timeout=240)
+        # What the supervisor does when a user marks the task failed: SIGTERM, whose handler (the task
+        # runner's, installed while the task runs in this process under dag.test) calls on_kill.
+        wait_for(lambda: getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_term", timeout=30)
+        ended.append(cluster)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    background(end_the_task_once_its_pod_runs)
+    try:
+        state, record, _ = run(dag_id)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    assert ended, "the pod never ran"
+    assert state == "failed" and record is not None
+    assert pod_creates(sim_federation) - creates_before == 1, record  # never started again elsewhere
+    assert path(record) == [(ended[0], "cancelled")], record
+    assert pods_of(sim_federation, dag_id) == []
 
 
 def test_deferrable_run_records_pod_start_latency(sim_federation: SimFederation, federation: Path) -> None:

@@ -104,6 +104,16 @@ federated_dag(
     checkpoint="s3://bucket/ckpt",
     annotations=sim(duration=8, logs=["work done"]),
 )
+# A preemptible task ended (marked failed: SIGTERM, on_kill) while its pod runs, with room elsewhere: the
+# pod's deletion is the cancellation, never a reason to move (test_federated_operator.py; the CI soak's
+# sync_plain[7] at 2a1d15f).
+federated_dag(
+    "fed_ended_preemptible",
+    clusters=["east-cpu", "west-general"],
+    preemptible=True,
+    checkpoint="s3://bucket/ckpt",
+    annotations=sim(duration=3600),
+)
 # The same, with room elsewhere: the retry must wait for the dead try's silent cluster and adopt its
 # finished pod, not start the work on west-general (test_federated_operator.py; the soak's
 # sync_resumable[21]).
