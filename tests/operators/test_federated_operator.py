@@ -776,15 +776,19 @@ def test_a_preemptible_task_ended_while_its_pod_runs_starts_nothing_else(
     ended: list[str] = []
 
     def end_the_task_once_its_pod_runs() -> None:
-        def running() -> str | None:
+        def running() -> tuple[str, str] | None:
             for name, handle in sim_federation.handles.items():
                 for pod in handle.pods():
                     labels = pod["metadata"].get("labels") or {}
                     if labels.get("dag_id") == dag_id and (pod.get("status") or {}).get("phase") == "Running":
-                        return name
+                        return name, pod["metadata"]["name"]
             return None
 
-        cluster = wait_for(running, timeout=240)
+        cluster, pod = wait_for(running, timeout=240)
+        # The operator watches the pod (its reads go on: it is past creating it and publishing its record).
+        handle, reads = sim_federation[cluster], f"/api/v1/namespaces/default/pods/{pod}*"
+        seen = handle.request_count("GET", reads)
+        wait_for(lambda: handle.request_count("GET", reads) >= seen + 3, timeout=60)
         # What the supervisor does when a user marks the task failed: SIGTERM, whose handler (the task
         # runner's, installed while the task runs in this process under dag.test) calls on_kill.
         wait_for(lambda: getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_term", timeout=30)
