@@ -122,3 +122,18 @@ def task_states(dag_run: Any) -> dict[str, str]:
 
     with create_session() as session:
         return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances(session=session)}
+
+
+def end_the_task_once_it_watches(handle: Any, reads: str) -> None:
+    """End the task running under ``dag.test`` in this process as a user's "mark failed" does, once its
+    operator watches what it launched (``reads``, a path on ``handle``, keeps being read: the operator is
+    past creating it and publishing its record): SIGTERM, whose handler (the task runner's, installed
+    while the task runs) calls ``on_kill``."""
+    import signal
+
+    from airflow_provider_fedsched.sim import wait_for
+
+    seen = handle.request_count("GET", reads)
+    wait_for(lambda: handle.request_count("GET", reads) >= seen + 3, timeout=60)
+    wait_for(lambda: getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_term", timeout=30)
+    os.kill(os.getpid(), signal.SIGTERM)

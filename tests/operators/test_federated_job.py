@@ -558,15 +558,10 @@ def test_a_gang_task_ended_while_its_job_runs_starts_nothing_else(
 
     def end_the_task_once_its_gang_runs() -> None:
         cluster, job = wait_for(lambda: _running_gang(sim_federation, dag_id), timeout=240)
-        # The operator watches the gang (its reads of the Job go on: it is past creating and recording it).
-        handle, reads = sim_federation[cluster], f"{JOB_CREATES}/{job['metadata']['name']}"
-        seen = handle.request_count("GET", reads)
-        wait_for(lambda: handle.request_count("GET", reads) >= seen + 3, timeout=60)
-        # What the supervisor does when a user marks the task failed: SIGTERM, whose handler (the task
-        # runner's, installed while the task runs in this process under dag.test) calls on_kill.
-        wait_for(lambda: getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_term", timeout=30)
         ended.append(cluster)
-        os.kill(os.getpid(), signal.SIGTERM)
+        airflow_harness.end_the_task_once_it_watches(
+            sim_federation[cluster], f"{JOB_CREATES}/{job['metadata']['name']}"
+        )
 
     background(end_the_task_once_its_gang_runs)
     try:

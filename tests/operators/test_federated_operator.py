@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -785,15 +784,10 @@ def test_a_preemptible_task_ended_while_its_pod_runs_starts_nothing_else(
             return None
 
         cluster, pod = wait_for(running, timeout=240)
-        # The operator watches the pod (its reads go on: it is past creating it and publishing its record).
-        handle, reads = sim_federation[cluster], f"/api/v1/namespaces/default/pods/{pod}*"
-        seen = handle.request_count("GET", reads)
-        wait_for(lambda: handle.request_count("GET", reads) >= seen + 3, timeout=60)
-        # What the supervisor does when a user marks the task failed: SIGTERM, whose handler (the task
-        # runner's, installed while the task runs in this process under dag.test) calls on_kill.
-        wait_for(lambda: getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_term", timeout=30)
         ended.append(cluster)
-        os.kill(os.getpid(), signal.SIGTERM)
+        airflow_harness.end_the_task_once_it_watches(
+            sim_federation[cluster], f"/api/v1/namespaces/default/pods/{pod}*"
+        )
 
     background(end_the_task_once_its_pod_runs)
     try:
