@@ -512,6 +512,8 @@ def verify_report(data: bytes) -> Verification:
         raise NotAReport(f"not JSON ({_short(exc)})") from None
     header = document.get("header") if isinstance(document, dict) else None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
+        if marker in data:  # the format is named, but not by a header: the report's shape was altered
+            return Verification(0, "it has no header naming its format: it was altered after export")
         raise NotAReport(f"not a {FORMAT} (no header naming that format)")
     if header.get("version") != VERSION:
         raise NotAReport(f"a {FORMAT} of version {header.get('version')!r}; this version reads {VERSION}")
