@@ -444,6 +444,8 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_job_that_completed_and_was_sw
     down); the Job completes while its cluster is silent; once the cluster answers, a sweep deletes the
     finished Job; the retry scored afresh and ran the gang a second time. The sweep writes the Job's
     success down before deleting it, and the retry takes it: one Job, ever; nothing left."""
+    from tests.operators import outage_trigger
+
     dag_id = "gang_retry_after_sweep"
     outage = Outage(sim_federation, dag_id, "east-cpu", "Running", seconds=10)
     swept: list[dict[str, Any]] = []
@@ -463,13 +465,24 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_job_that_completed_and_was_sw
         swept_at.append(datetime.now(UTC))
 
     background(sweep_once_east_answers)
-    with outage:
-        state, record = _run_with_retry(dag_id)
+    looked_at: list[datetime] = []
+
+    def once_swept(try_number: int) -> None:  # try 2 looks for try 1's Job once the sweep is done
+        if try_number == 2:
+            wait_for(lambda: swept_at, timeout=240, interval=0.1)
+            looked_at.append(datetime.now(UTC))
+
+    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = once_swept
+    try:
+        with outage:
+            state, record = _run_with_retry(dag_id)
+    finally:
+        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
 
     assert swept_at and _the_job(sim_federation, "east-cpu", dag_id) is None
     assert state == "success" and record is not None
     assert record["try_number"] == 2
-    assert swept_at[0] < datetime.fromisoformat(record["started_at"])  # swept before try 2 looked
+    assert looked_at and swept_at[0] <= looked_at[0]  # swept before try 2 looked
     assert job_creates() == 1, record  # the gang ran once
     ((cluster, outcome),) = path(record)
     assert (cluster, outcome) == ("east-cpu", "succeeded")
@@ -487,6 +500,7 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_finished_job_that_is_being_de
     """As above, but the finished Job is being deleted (a finalizer holds it) when the retry looks: it
     cannot be watched, but its gang is done: the retry takes its success and starts nothing."""
     from airflow_provider_fedsched.sim.apiserver import registry
+    from tests.operators import outage_trigger
 
     dag_id = "gang_retry_finds_it_being_deleted"
     east = sim_federation["east-cpu"]
@@ -508,10 +522,17 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_finished_job_that_is_being_de
         held.append(job)
 
     background(delete_it_once_complete)
+
+    def once_held(try_number: int) -> None:  # try 2 looks for try 1's Job once it is being deleted
+        if try_number == 2:
+            wait_for(lambda: held, timeout=240, interval=0.1)
+
+    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = once_held
     try:
         with outage:
             state, record = _run_with_retry(dag_id)
     finally:
+        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
         for job in held:
             east.call(
                 east.store.mutate, "jobs", job["metadata"]["namespace"], job["metadata"]["name"], release

@@ -232,12 +232,15 @@ for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_inte
 
 # A preemptible task's cluster stops answering its reads in the very moment its pod Succeeds; the delete
 # that fences the pod is answered, and says so (test_contract.py; the full test-bed soak's sync_resumable[5]).
+# When the try reads the log stream's end before the first unanswered read, it waits the grace for a pod
+# whose work is over before it fences: 10 s, not the default 5 minutes (the answer is the same).
 for mode, extra in (("sync", {}), ("deferrable", {"deferrable": True, "poll_interval": 0.5})):
     federated_dag(
         f"fed_succeeded_as_fenced_{mode}",
         clusters=["east-cpu", "west-general"],
         preemptible=True,
         checkpoint="s3://bucket/ckpt",
+        unreachable_grace=10,
         annotations=sim(duration=3, logs=["attempt ${FEDSCHED_CLUSTER_ATTEMPT} resume=${FEDSCHED_RESUME}"]),
         **extra,
     )

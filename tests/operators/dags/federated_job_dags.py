@@ -93,10 +93,17 @@ for _name, _duration in (("gang_retry_adopts_running", 300), ("gang_retry_adopts
 # Deferred between polls, then ended by a user (its timer trigger deletes nothing): the sweep deletes it.
 gang_dag("gang_deferred_ended", duration=36000, deferrable=True)
 # Try 1 is lost to the outage; its Job completes while its cluster is silent and is then swept (deleted,
-# or held being deleted) before try 2 looks: try 2 takes its success, never runs the gang again. The delay
-# leaves the test bed's restarted API server, kwok and Job controller time to end the Job before try 2.
+# or held being deleted) before try 2 looks: try 2 takes its success, never runs the gang again. Try 2
+# looks for try 1's Job once the test has swept it (BEFORE_LOOKING_FOR_EARLIER), not after a delay.
 for _name in ("gang_retry_after_sweep", "gang_retry_finds_it_being_deleted"):
-    gang_dag(_name, duration=60, unreachable_grace=3, retries=1, retry_delay=timedelta(seconds=75))
+    gang_dag(
+        _name,
+        operator=_LooksForEarlierJobOperator,
+        duration=60,
+        unreachable_grace=3,
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+    )
 # Ended by a user (on_kill) while its Job runs; deleted by someone else while it runs (not preemptible).
 gang_dag("gang_killed_while_running", duration=600)
 gang_dag("gang_deleted_by_someone", duration=600)
