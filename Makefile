@@ -5,12 +5,11 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
-# `make test` runs the tests one after another until its parallel run is green twice on a loaded 2-core
-# machine (docs/development.md, "Parallel runs", "Measured": the two known causes are fixed, one -n 2 run
-# green at load ~2, none yet under load); WORKERS=2 runs them in two pytest-xdist workers. `make
-# test-fast` (no Airflow process) runs in FAST_WORKERS workers: most tests wait on simulated clusters
-# rather than compute, so more workers than the two cores pay.
-WORKERS ?= 0
+# `make test` runs pytest in WORKERS pytest-xdist workers (4 on the 2-core machine: most tests wait on
+# simulated clusters and Airflow processes rather than compute; docs/development.md, "Parallel runs");
+# WORKERS=0 runs one test after another. `make test-fast` (no Airflow process) runs in FAST_WORKERS
+# workers, for the same reason.
+WORKERS ?= 4
 FAST_WORKERS ?= 4
 XDIST := -n $(WORKERS) --dist loadgroup
 # The tiers `make test-fast` runs (tests/tiers.py): no Airflow database, no Airflow process, no browser.
