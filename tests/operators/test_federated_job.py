@@ -435,10 +435,7 @@ def _gang_done(fed: SimFederation, cluster: str, dag_id: str) -> dict[str, Any] 
 
 
 def test_a_retry_takes_the_success_of_a_lost_try_s_job_that_completed_and_was_swept(
-    sim_federation: SimFederation,
-    federation: Path,
-    job_creates: Callable[[], int],
-    background: Callable[[Callable[[], None]], None],
+    sim_federation: SimFederation, federation: Path, job_creates: Callable[[], int]
 ) -> None:
     """The test-bed soak's ``gang_job[1]``: try 1 is lost to an outage past the grace (its Job written
     down); the Job completes while its cluster is silent; once the cluster answers, a sweep deletes the
@@ -464,12 +461,14 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_job_that_completed_and_was_sw
         wait_for(answered_and_swept, timeout=120, interval=0.5)
         swept_at.append(datetime.now(UTC))
 
-    background(sweep_once_east_answers)
     looked_at: list[datetime] = []
 
-    def once_swept(try_number: int) -> None:  # try 2 looks for try 1's Job once the sweep is done
+    def once_swept(try_number: int) -> None:
+        # Try 2 looks for try 1's Job once a sweep has deleted it. The sweep runs here, in the task's
+        # thread: a second thread would share the task's Task SDK channel, which dag.test() serves
+        # one caller at a time (test_federated_operator.py, other_tries_end).
         if try_number == 2:
-            wait_for(lambda: swept_at, timeout=240, interval=0.1)
+            sweep_once_east_answers()
             looked_at.append(datetime.now(UTC))
 
     outage_trigger.BEFORE_LOOKING_FOR_EARLIER = once_swept
@@ -523,9 +522,11 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_finished_job_that_is_being_de
 
     background(delete_it_once_complete)
 
-    def once_held(try_number: int) -> None:  # try 2 looks for try 1's Job once it is being deleted
+    def once_held(try_number: int) -> None:
+        # Try 2 looks for try 1's Job once it is being deleted and east-cpu answers again (the Job can
+        # complete, and be held, while the outage lasts).
         if try_number == 2:
-            wait_for(lambda: held, timeout=240, interval=0.1)
+            wait_for(lambda: held and not east.cluster.faults.is_down, timeout=240, interval=0.1)
 
     outage_trigger.BEFORE_LOOKING_FOR_EARLIER = once_held
     try:

@@ -266,9 +266,22 @@ def test_a_waiting_task_decides_again_as_soon_as_a_placement_on_its_cluster_ends
         return bool(record) and record["outcome"] == "waiting"
 
     def other_tries_end() -> None:
+        # The other tries run in other worker processes: their placements end there. A thread of this
+        # process would share the running task's Task SDK channel, which dag.test()'s in-process
+        # supervisor takes out of the module while it serves a request: the task's own call in that
+        # moment failed ("name 'SUPERVISOR_COMMS' is not defined", a CI run under load).
         wait_for(waiting, timeout=120)
-        for placement in blockers:
-            hook.release("west-general", placement)
+        script = (
+            "import sys\n"
+            "from airflow_provider_fedsched.hooks.federation import FederationHook\n"
+            "hook = FederationHook()\n"
+            "for placement in sys.argv[1:]:\n"
+            "    hook.release('west-general', placement)\n"
+        )
+        worker = subprocess.run(
+            [sys.executable, "-c", script, *blockers], capture_output=True, text=True, timeout=120
+        )
+        assert worker.returncode == 0, worker.stderr[-2000:]
 
     background(other_tries_end)
     state, record, _ = run(dag_id)
