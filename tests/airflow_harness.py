@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -136,4 +138,19 @@ def end_the_task_once_it_watches(handle: Any, reads: str) -> None:
     seen = handle.request_count("GET", reads)
     wait_for(lambda: handle.request_count("GET", reads) >= seen + 3, timeout=60)
     wait_for(lambda: getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_term", timeout=30)
+    wait_for(_main_thread_is_not_logging, timeout=30, interval=0.002)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _main_thread_is_not_logging() -> bool:
+    """Whether the main thread is outside structlog's writer. ``on_kill`` runs in the SIGTERM handler, on
+    the main thread, and logs; a handler that interrupts that thread while it holds structlog's output
+    lock (not reentrant) waits for it forever: a CI run under load hung that way. A worker's supervisor
+    sends its SIGTERM at any moment (docs/development.md, "Parallel runs"); the test picks one where the
+    handler can log."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    while frame is not None:
+        if "structlog" in frame.f_code.co_filename:
+            return False
+        frame = frame.f_back
+    return True
