@@ -288,7 +288,11 @@ def test_a_waiting_task_decides_again_as_soon_as_a_placement_on_its_cluster_ends
 
     assert state == "success" and record is not None
     assert path(record) == [("west-general", "succeeded")]
-    assert [d["outcome"] for d in record["decisions"]] == ["wait", "placed"]
+    # Woken by each placement that ends (the other workers release theirs one by one): it may wait again
+    # until the last one has, and is then placed, never after a poll tied to its duration.
+    outcomes = [d["outcome"] for d in record["decisions"]]
+    assert outcomes[0] == "wait" and outcomes[-1] == "placed" and set(outcomes[1:-1]) <= {"wait"}, outcomes
+    assert len(outcomes) <= 1 + len(blockers)
     assert record["waited_seconds"] < poll_interval(7200) == 120.0
     out = capfd.readouterr().out
     assert (
