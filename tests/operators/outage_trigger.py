@@ -5,8 +5,9 @@ Kubernetes client are the real ones; only the moment of the outage is chosen her
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from airflow.triggers.base import TriggerEvent
 
@@ -90,6 +91,17 @@ class StartedLateTrigger(LateFirstReadTrigger):
 
 BEFORE_LOOKING_FOR_EARLIER: Callable[[int], None] | None = None
 """Set by the test: called with the try number before a try looks for an earlier try's pod."""
+
+
+@contextlib.contextmanager
+def before_looking_for_earlier(callback: Callable[[int], None]) -> Iterator[None]:
+    """:data:`BEFORE_LOOKING_FOR_EARLIER` is ``callback`` inside the block, None again after it."""
+    global BEFORE_LOOKING_FOR_EARLIER
+    BEFORE_LOOKING_FOR_EARLIER = callback
+    try:
+        yield
+    finally:
+        BEFORE_LOOKING_FOR_EARLIER = None
 
 
 UNSCHEDULABLE_ONCE: Callable[[str, str, str], None] | None = None

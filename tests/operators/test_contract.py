@@ -641,12 +641,11 @@ def test_a_retry_adopts_the_pod_its_earlier_try_wrote_down_and_takes_it_off_the_
         if try_number == 2:  # the cluster answers again as try 2 looks for try 1's pod
             east.faults.up()
 
-    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = before_looking
-    try:
-        with Outage(sim_federation, dag_id, "east-cpu", "Running"):
-            state, record, _ = run(dag_id)
-    finally:
-        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
+    with (
+        outage_trigger.before_looking_for_earlier(before_looking),
+        Outage(sim_federation, dag_id, "east-cpu", "Running"),
+    ):
+        state, record, _ = run(dag_id)
     assert tries == [1, 2]
     assert state == "success" and record is not None
     assert record["try_number"] == 2

@@ -260,12 +260,11 @@ def test_a_retry_adopts_the_earlier_tries_job_and_never_creates_a_second(
                 wait_for(complete, timeout=120, interval=0.1)
             east.faults.up()
 
-    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = before_looking
-    try:
-        with Outage(sim_federation, dag_id, "east-cpu", "Running"):
-            dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
-    finally:
-        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
+    with (
+        outage_trigger.before_looking_for_earlier(before_looking),
+        Outage(sim_federation, dag_id, "east-cpu", "Running"),
+    ):
+        dag_run = airflow_harness.run_dag(DAG_FILE, dag_id)
     assert tries == [1, 2]
     state = airflow_harness.task_states(dag_run)["work"]
     raw = xcom(dag_run, "fedsched_placement")
@@ -471,12 +470,8 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_job_that_completed_and_was_sw
             sweep_once_east_answers()
             looked_at.append(datetime.now(UTC))
 
-    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = once_swept
-    try:
-        with outage:
-            state, record = _run_with_retry(dag_id)
-    finally:
-        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
+    with outage_trigger.before_looking_for_earlier(once_swept), outage:
+        state, record = _run_with_retry(dag_id)
 
     assert swept_at and _the_job(sim_federation, "east-cpu", dag_id) is None
     assert state == "success" and record is not None
@@ -528,12 +523,10 @@ def test_a_retry_takes_the_success_of_a_lost_try_s_finished_job_that_is_being_de
         if try_number == 2:
             wait_for(lambda: held and not east.cluster.faults.is_down, timeout=240, interval=0.1)
 
-    outage_trigger.BEFORE_LOOKING_FOR_EARLIER = once_held
     try:
-        with outage:
+        with outage_trigger.before_looking_for_earlier(once_held), outage:
             state, record = _run_with_retry(dag_id)
     finally:
-        outage_trigger.BEFORE_LOOKING_FOR_EARLIER = None
         for job in held:
             east.call(
                 east.store.mutate, "jobs", job["metadata"]["namespace"], job["metadata"]["name"], release
