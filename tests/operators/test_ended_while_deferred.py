@@ -247,7 +247,12 @@ def test_a_pod_seen_succeeded_of_a_try_that_ended_unresumed_stays_known_after_th
     from airflow_provider_fedsched.hooks.federation import FederationHook
 
     dag_id = "fed_deferred_done"
+    # The 1 s pod stays Pending until the task has deferred: had it ended first, the task would judge it
+    # inline (federated_pod.invoke_defer_method) and there would be no deferral to sweep.
+    sim_federation["east-cpu"].scheduler.pause()
     run_id, cluster, namespace, name = deferred_run(sim_federation, "done", dag_id)
+    assert ti_row(run_id, dag_id)[0] == "deferred"
+    sim_federation[cluster].scheduler.resume()
     sim_federation[cluster].wait_for_phase(namespace, name, "Succeeded", timeout=60)
     hook = FederationHook()
     hook.collect()  # no trigger runs: the snapshot's sweep sees the pod end and writes it down
