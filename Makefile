@@ -12,6 +12,11 @@ PYTEST_ARGS ?=
 WORKERS ?= 4
 FAST_WORKERS ?= 4
 XDIST := -n $(WORKERS) --dist loadgroup
+# The checkout's bytecode (the package's, and pytest's rewritten test modules) is written to its ignored
+# __pycache__ folders even where the environment turns that off (PYTHONDONTWRITEBYTECODE): otherwise every
+# pytest worker rewrites all test modules again (about 4 s of CPU each) and every Airflow process the
+# suite starts compiles the package again.
+pytest test-fast: export PYTHONDONTWRITEBYTECODE =
 # The tiers `make test-fast` runs (tests/tiers.py): no Airflow database, no Airflow process, no browser.
 FAST_TIERS := unit or property or sim
 

@@ -257,6 +257,8 @@ class GpuView:
     """(N,) the most any one device has free."""
     _whole: Ints = field(init=False)
     """(N,) devices wholly free."""
+    _free: Ints = field(init=False)
+    """(N,) free thousandths over all the node's devices."""
 
     def __post_init__(self) -> None:
         self._compiled = _compile(self.workload, self.models)
@@ -265,6 +267,13 @@ class GpuView:
         self._dirty = np.zeros(self.cpu.shape[0], np.bool_)
         self._largest = self.devices.max(axis=1)
         self._whole = (self.devices == MILLI).sum(axis=1)
+        self._free = self.devices.sum(axis=1)
+
+    @property
+    def free_gpu(self) -> Ints:
+        """(N,) free thousandths over all each node's devices (kept per changed node, not summed per
+        read: binders read it for every task)."""
+        return self._free
 
     @property
     def fragmentation(self) -> Floats:
@@ -405,10 +414,11 @@ class GpuView:
         devices = self.devices[rows]
         self._largest[rows] = devices.max(axis=1)
         self._whole[rows] = (devices == MILLI).sum(axis=1)
+        self._free[rows] = devices.sum(axis=1)
 
     def fragmentation_ratio(self) -> float:
         """Fragmented share of the free GPU capacity (0 when no GPU is free)."""
-        free = float(self.devices.sum())
+        free = float(self._free.sum())
         return float(self.fragmentation.sum()) / free if free > 0 else 0.0
 
 

@@ -161,8 +161,9 @@ def _random(member: Member, pod: Pod, feasible: Bools, rng: np.random.Generator)
 
 def _dot_product(member: Member, pod: Pod, feasible: Bools, rng: np.random.Generator) -> Choice:
     shape, view = pod.shape, member.view
-    free_gpu = view.devices.sum(axis=1)
-    dot = (view.cpu / MAX_CPU) * (shape.cpu / MAX_CPU) + (free_gpu / MAX_GPU) * (shape.gpu_total / MAX_GPU)
+    dot = (view.cpu / MAX_CPU) * (shape.cpu / MAX_CPU) + (view.free_gpu / MAX_GPU) * (
+        shape.gpu_total / MAX_GPU
+    )
     scores = (MAX_SCORE * (1.0 - dot / 2.0)).astype(np.int64)
     return _device(member, member.best(scores, feasible), pod)
 
@@ -170,7 +171,7 @@ def _dot_product(member: Member, pod: Pod, feasible: Bools, rng: np.random.Gener
 def _gpu_clustering(member: Member, pod: Pod, feasible: Bools, rng: np.random.Generator) -> Choice:
     if not pod.kind:
         return _device(member, member.first(feasible), pod)
-    fullness = (MAX_SCORE // 4) * (MAX_GPU - member.view.devices.sum(axis=1)) // MAX_GPU
+    fullness = (MAX_SCORE // 4) * (MAX_GPU - member.view.free_gpu) // MAX_GPU
     kinds = (member.kinds > 0).sum(axis=1)
     same = member.kinds[:, pod.kind] > 0
     band = np.where(same, np.where(kinds == 1, 3, 2), np.where(kinds == 0, 1, 0))
@@ -199,7 +200,7 @@ def _gpu_packing(member: Member, pod: Pod, feasible: Bools, rng: np.random.Gener
 def _best_fit(member: Member, pod: Pod, feasible: Bools, rng: np.random.Generator) -> Choice:
     shape, view = pod.shape, member.view
     left = (view.cpu - shape.cpu) / MAX_CPU * 0.5 + (
-        view.devices.sum(axis=1) - shape.gpu_total
+        view.free_gpu - shape.gpu_total
     ) / MAX_GPU * 0.5
     raw = ((1.0 - left) * MAX_SCORE).astype(np.int64)
     low, high = raw[feasible].min(), raw[feasible].max()
@@ -236,7 +237,7 @@ def kube_default(member: Member, pod: Pod, feasible: Bools, packs_gpu: bool, pre
     shape, view = pod.shape, member.view
     if shape.gpus and packs_gpu:
         capacity = np.maximum(member.gpu_capacity, 1)
-        scores = -(view.devices.sum(axis=1) - shape.gpu_total) / capacity
+        scores = -(view.free_gpu - shape.gpu_total) / capacity
     else:
         scores = (view.cpu - shape.cpu) / member.cpu_capacity + (view.memory - pod.memory) / np.maximum(
             member.memory_capacity, 1

@@ -180,7 +180,7 @@ class Recorder:
 
 def fragmentation_ratio(members: Sequence[Member]) -> float:
     fragmented = sum(float(m.view.fragmentation.sum()) for m in members)
-    free = sum(float(m.view.devices.sum()) for m in members)
+    free = sum(float(m.view.free_gpu.sum()) for m in members)
     return fragmented / free if free > 0 else 0.0
 
 

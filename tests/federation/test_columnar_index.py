@@ -51,6 +51,52 @@ gpus = st.sampled_from([1, 0, 2, 4, 8])
 huge = st.sampled_from([2**53 + 1, MAX_QUANTITY])
 device_free = st.sampled_from([1000, 0, 500, 250, 700])
 gpu_milli = st.sampled_from([500, 1000, 250, 2000, 4000])
+# The strategies the composites below draw from, built once: built inside them, hypothesis validates each
+# again at every draw, which cost more than the decisions under test.
+node_count = st.integers(1, 6) | st.just(0)
+used = st.sampled_from([0.25, 0.5, 0.0, 0.9, 1.0, 1.25])  # of allocatable (a node may be overcommitted)
+device_lists = st.lists(device_free, max_size=8)
+gpu_models = st.sampled_from(["V100", "T4"])
+fpga_count = st.integers(1, 3) | st.just(0)
+node_labels = st.sampled_from([{"disk": "ssd"}, {}, {"disk": "hdd"}, {"disk": "ssd", "zone": "a"}])
+node_taints = st.sampled_from([[], [], [], [TAINTS[0]], [TAINTS[2]], [TAINTS[1], TAINTS[0]]])
+regions = st.sampled_from(REGIONS)
+cluster_labels = st.sampled_from([{}, {"tier": "gold"}, {"tier": "silver"}])
+cpu_hour = st.sampled_from([0.04, 0.05, 0.1, 0.0])
+memory_gib_hour = st.sampled_from([0.005, 0.01, 0.0])
+gpu_hour = st.sampled_from([2.0, 2.5, 0.0])
+egress_gb = st.sampled_from([0.08, 0.1, 0.0])
+extended_prices = st.sampled_from([{}, {FPGA: 1.5}])
+groups = st.sampled_from(["west", "east"])
+age_seconds = st.integers(0, 12) | st.integers(-40, 40)
+reasons = st.sampled_from([None, "connection refused"])
+quota_headroom = st.sampled_from(
+    [{}, {"default": {"cpu": 4000}}, {"batch": {"cpu": 2000, "memory": 4 * GIB}}]
+)
+dataset_sizes = st.sampled_from([1.0, 100.0, 2500.0])
+allowed_regions = st.sampled_from([None, None, ["eu", "us"], ["eu"], []])
+node_selectors = st.sampled_from([{}, {}, {"disk": "ssd"}, {"disk": "ssd", "zone": "a"}])
+cluster_selectors = st.sampled_from([{}] * 5 + [{"tier": "gold"}])
+tolerations = st.sampled_from(
+    [
+        [],
+        [Toleration(key=GPU, operator="Exists", effect="NoSchedule")],
+        [Toleration(operator="Exists")],
+    ]
+)
+prefer_regions = st.sampled_from([None, *REGIONS])
+prefer_groups = st.sampled_from([None, None, "west"])
+namespaces = st.sampled_from(["default", "batch"])
+durations = st.sampled_from([60.0, 3600.0, 7200.0])
+pods_in_flight = st.lists(
+    st.fixed_dictionaries({"cpu": cpu, GPU: gpus})
+    | st.fixed_dictionaries({"cpu": cpu, GPU_MILLI: gpu_milli}),
+    max_size=3,
+)
+snapshot_ttls = st.sampled_from([15.0, 30.0])
+score_lists = st.lists(st.sampled_from(PolicySpec().scores), unique=True, max_size=5)
+weights = st.sampled_from([{}, {"cost": 1.0, "headroom": 2.0}])
+forecast_values = st.sampled_from([0.0, 0.3, 1.7, -0.2, math.nan]) | st.integers(0, 1)
 # Target workloads (the shapes a member's pods have, counted), for the Fragmentation score.
 WORKLOADS = [
     [],
@@ -66,14 +112,14 @@ WORKLOADS = [
 ]
 
 
+workloads = st.sampled_from(WORKLOADS)
+
+
 @st.composite
 def nodes(draw: st.DrawFn, cluster: str) -> list[NodeSnapshot]:
     made = []
-    for position in range(draw(st.integers(1, 6) | st.just(0))):
+    for position in range(draw(node_count)):
         allocatable = {"cpu": draw(node_cpu), "memory": draw(node_memory), "pods": 110}
-        used = st.sampled_from(
-            [0.25, 0.5, 0.0, 0.9, 1.0, 1.25]
-        )  # of allocatable (a node may be overcommitted)
         requested = {
             "cpu": int(allocatable["cpu"] * draw(used)),
             "memory": int(allocatable["memory"] * draw(used)),
@@ -85,12 +131,12 @@ def nodes(draw: st.DrawFn, cluster: str) -> list[NodeSnapshot]:
         if draw(st.integers(0, 2)) == 0:
             # GPU devices as a sharing member reports them (the Fragmentation score's input), with their
             # thousandths as an extended resource the scheduler counts.
-            free = draw(st.lists(device_free, max_size=8))
-            devices = NodeGpus(model=draw(st.sampled_from(["V100", "T4"])), free=free)
+            free = draw(device_lists)
+            devices = NodeGpus(model=draw(gpu_models), free=free)
             allocatable[GPU_MILLI] = 1000 * len(free)
             requested[GPU_MILLI] = 1000 * len(free) - sum(free)
         if draw(st.integers(0, 3)) == 0:
-            allocatable[FPGA] = draw(st.integers(1, 3) | st.just(0))
+            allocatable[FPGA] = draw(fpga_count)
         if draw(st.integers(0, 14)) == 0:
             allocatable["cpu"] = draw(huge)
         made.append(
@@ -98,10 +144,8 @@ def nodes(draw: st.DrawFn, cluster: str) -> list[NodeSnapshot]:
                 name=f"{cluster}-n{position}",
                 allocatable=allocatable,
                 requested=requested,
-                labels=draw(
-                    st.sampled_from([{"disk": "ssd"}, {}, {"disk": "hdd"}, {"disk": "ssd", "zone": "a"}])
-                ),
-                taints=draw(st.sampled_from([[], [], [], [TAINTS[0]], [TAINTS[2]], [TAINTS[1], TAINTS[0]]])),
+                labels=draw(node_labels),
+                taints=draw(node_taints),
                 ready=draw(st.integers(0, 5)) > 0,
                 unschedulable=draw(st.integers(0, 7)) == 0,
                 gpus=devices,
@@ -119,18 +163,18 @@ def federations(draw: st.DrawFn) -> dict[str, Any]:
         cluster: dict[str, Any] = {
             "name": name,
             "conn_id": f"k8s_{name}",
-            "region": draw(st.sampled_from(REGIONS)),
-            "labels": draw(st.sampled_from([{}, {"tier": "gold"}, {"tier": "silver"}])),
+            "region": draw(regions),
+            "labels": draw(cluster_labels),
             "prices": {
-                "cpu_hour": draw(st.sampled_from([0.04, 0.05, 0.1, 0.0])),
-                "memory_gib_hour": draw(st.sampled_from([0.005, 0.01, 0.0])),
-                "gpu_hour": draw(st.sampled_from([2.0, 2.5, 0.0])),
-                "egress_gb": draw(st.sampled_from([0.08, 0.1, 0.0])),
-                "extended": draw(st.sampled_from([{}, {FPGA: 1.5}])),
+                "cpu_hour": draw(cpu_hour),
+                "memory_gib_hour": draw(memory_gib_hour),
+                "gpu_hour": draw(gpu_hour),
+                "egress_gb": draw(egress_gb),
+                "extended": draw(extended_prices),
             },
         }
         if draw(st.integers(0, 3)) == 0:
-            cluster["group"] = draw(st.sampled_from(["west", "east"]))
+            cluster["group"] = draw(groups)
         if draw(st.integers(0, 9)) == 0:
             cluster["taints"] = [TAINTS[draw(st.integers(0, 2))].model_dump()]
         if draw(st.integers(0, 4)) == 0:
@@ -144,21 +188,19 @@ def federations(draw: st.DrawFn) -> dict[str, Any]:
         skew = timedelta(days=2_000_000) if draw(st.integers(0, 20)) == 0 else timedelta(0)
         snapshots[name] = {
             "cluster": name,
-            "observed_at": NOW + skew - timedelta(seconds=draw(st.integers(0, 12) | st.integers(-40, 40))),
+            "observed_at": NOW + skew - timedelta(seconds=draw(age_seconds)),
             "reachable": draw(st.integers(0, 15)) > 0,
-            "reason": draw(st.sampled_from([None, "connection refused"])),
+            "reason": draw(reasons),
             "nodes": draw(nodes(name)),
-            "workload": draw(st.sampled_from(WORKLOADS)),
-            "quota_headroom": draw(
-                st.sampled_from([{}, {"default": {"cpu": 4000}}, {"batch": {"cpu": 2000, "memory": 4 * GIB}}])
-            ),
+            "workload": draw(workloads),
+            "quota_headroom": draw(quota_headroom),
         }
     datasets = [
         {
             "name": f"ds{i}",
             "cluster": draw(st.sampled_from(names)),
-            "size_gb": draw(st.sampled_from([1.0, 100.0, 2500.0])),
-            "allowed_regions": draw(st.sampled_from([None, None, ["eu", "us"], ["eu"], []])),
+            "size_gb": draw(dataset_sizes),
+            "allowed_regions": draw(allowed_regions),
         }
         for i in range(draw(st.integers(0, 3)))
     ]
@@ -178,28 +220,20 @@ def requests(draw: st.DrawFn, federation: dict[str, Any]) -> TaskRequest:
     if draw(st.integers(0, 14)) == 0:
         resources["cpu"] = draw(huge)
     fields: dict[str, Any] = {
-        "node_selector": draw(st.sampled_from([{}, {}, {"disk": "ssd"}, {"disk": "ssd", "zone": "a"}])),
-        "cluster_selector": draw(st.sampled_from([{}] * 5 + [{"tier": "gold"}])),
-        "tolerations": draw(
-            st.sampled_from(
-                [
-                    [],
-                    [Toleration(key=GPU, operator="Exists", effect="NoSchedule")],
-                    [Toleration(operator="Exists")],
-                ]
-            )
-        ),
+        "node_selector": draw(node_selectors),
+        "cluster_selector": draw(cluster_selectors),
+        "tolerations": draw(tolerations),
         "datasets": draw(
             st.lists(st.sampled_from([d["name"] for d in federation["datasets"]] or ["-"]), max_size=2)
             | st.just([])
         )
         if federation["datasets"]
         else [],
-        "prefer_region": draw(st.sampled_from([None, *REGIONS])),
-        "prefer_group": draw(st.sampled_from([None, None, "west"])),
+        "prefer_region": draw(prefer_regions),
+        "prefer_group": draw(prefer_groups),
         "clusters": draw(st.sampled_from([None] * 6 + [sorted(names)[:1], names[::2]])),
-        "namespace": draw(st.sampled_from(["default", "batch"])),
-        "expected_duration_seconds": draw(st.sampled_from([60.0, 3600.0, 7200.0])),
+        "namespace": draw(namespaces),
+        "expected_duration_seconds": draw(durations),
     }
     if fields["prefer_group"] is not None and fields["prefer_group"] not in {
         c.get("group", c["region"]) for c in federation["clusters"]
@@ -219,30 +253,22 @@ def inputs(draw: st.DrawFn, federation: dict[str, Any]) -> dict[str, Any]:
     a forecast and a policy."""
     names = [c["name"] for c in federation["clusters"]]
     some = st.lists(st.sampled_from(names), max_size=2, unique=True) | st.just([])
-    pod = st.fixed_dictionaries({"cpu": cpu, GPU: gpus}) | st.fixed_dictionaries(
-        {"cpu": cpu, GPU_MILLI: gpu_milli}
-    )
     policy = PolicySpec(
-        snapshot_ttl_seconds=draw(st.sampled_from([15.0, 30.0])),
+        snapshot_ttl_seconds=draw(snapshot_ttls),
         filters=[
             name
             for name in PolicySpec().filters
             if name not in {"ClusterLabels", "Freshness", "Cooldown", "Quota"} or draw(st.booleans())
         ],
-        scores=draw(st.lists(st.sampled_from(PolicySpec().scores), unique=True, max_size=5)),
-        weights=draw(st.sampled_from([{}, {"cost": 1.0, "headroom": 2.0}])),
+        scores=draw(score_lists),
+        weights=draw(weights),
     )
     return {
         "cooldowns": {name: NOW + timedelta(seconds=draw(st.integers(-60, 60))) for name in draw(some)},
         "exclude": {name: "failed over" for name in draw(some)},
         "reservations": {name: draw(st.fixed_dictionaries({"cpu": cpu})) for name in draw(some)},
-        "in_flight": {name: draw(st.lists(pod, max_size=3)) for name in draw(some)},
-        "forecast": draw(
-            st.none()
-            | st.dictionaries(
-                st.sampled_from(names), st.sampled_from([0.0, 0.3, 1.7, -0.2, math.nan]) | st.integers(0, 1)
-            )
-        ),
+        "in_flight": {name: draw(pods_in_flight) for name in draw(some)},
+        "forecast": draw(st.none() | st.dictionaries(st.sampled_from(names), forecast_values)),
         "policy": draw(st.sampled_from([None, policy])),
     }
 
