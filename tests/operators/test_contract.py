@@ -734,13 +734,19 @@ def test_a_lost_event_from_a_cluster_that_answers_again_is_judged_by_a_fresh_rea
 def run_silenced_at_the_first_read(
     fed: SimFederation, dag_id: str, look: Callable[[str, str, str], None]
 ) -> tuple[str, dict[str, Any] | None, int]:
-    """Run ``dag_id``, whose trigger, before its first read, calls ``look(cluster, namespace, pod)`` and
-    then finds its cluster silent for 3 s. Returns the state, the record and how many outages began."""
+    """Run ``dag_id``, whose trigger, before its first read, lets the pod run to its end, calls
+    ``look(cluster, namespace, pod)`` and then finds its cluster silent for 3 s. Returns the state, the
+    record and how many outages began.
+
+    The pod stays Pending (east-cpu's scheduler paused) until the trigger runs: had it ended before the
+    task deferred, the task would have judged it inline, and no trigger would read it."""
     from tests.operators import outage_trigger
 
     outages: list[threading.Timer] = []
 
     def before_first_read(cluster: str, namespace: str, pod: str) -> None:
+        fed[cluster].scheduler.resume()
+        fed[cluster].wait_for_phase(namespace, pod, "Succeeded", timeout=120)
         look(cluster, namespace, pod)
         fed[cluster].faults.down()
         outage = threading.Timer(3, fed[cluster].faults.up)
@@ -748,12 +754,14 @@ def run_silenced_at_the_first_read(
         outages.append(outage)
 
     outage_trigger.BEFORE_FIRST_READ = before_first_read
+    fed["east-cpu"].scheduler.pause()
     try:
         state, record, _ = run(dag_id)
     finally:
         outage_trigger.BEFORE_FIRST_READ = None
         for outage in outages:
             outage.join(timeout=60)
+        fed["east-cpu"].scheduler.resume()
         fed["east-cpu"].faults.up()
     return state, record, len(outages)
 
@@ -800,7 +808,7 @@ def test_a_late_trigger_that_finds_the_cluster_silent_waits_for_the_truth_even_w
 
     def ended_unseen(cluster: str, namespace: str, pod: str) -> None:
         phase = (sim_federation[cluster].pod(namespace, pod) or {}).get("status", {}).get("phase")
-        assert phase == "Succeeded"  # it ran 2 s and the trigger starts more than 10 s after deferring
+        assert phase == "Succeeded"  # it ran to its end after the deferral, before the trigger's first read
 
     state, record, outages = run_silenced_at_the_first_read(sim_federation, dag_id, ended_unseen)
     assert outages == 1
