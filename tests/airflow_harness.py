@@ -6,11 +6,13 @@ import time), because Airflow reads its configuration once, on first import.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,15 +58,31 @@ def remove_home() -> None:
         shutil.rmtree(home, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def parsing_for(dag_id: str | None) -> Iterator[None]:
+    """Parse DAG files for ``dag_id`` alone, as a task's process does (Airflow's parsing context): the test
+    DAG files then register that DAG only, and ``dag.test`` writes that one to the database, not all of
+    them (tests/operators/dags/federated_dags.py, ``registered``). ``None``: every DAG."""
+    from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
+
+    if dag_id is None:
+        yield
+        return
+    with _airflow_parsing_context_manager(dag_id=dag_id):
+        yield
+
+
 def load_dag(dag_file: Path, dag_id: str) -> Any:
-    """Link ``dag_file`` into the session's DAGs folder and parse it the way the DAG processor does."""
+    """Link ``dag_file`` into the session's DAGs folder and parse it for ``dag_id``, the way a task's
+    process does."""
     from airflow.dag_processing.dagbag import DagBag
 
     dags_folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     target = dags_folder / dag_file.name
     if not target.exists():
         target.symlink_to(dag_file.resolve())
-    bag = DagBag(dag_folder=str(target))
+    with parsing_for(dag_id):
+        bag = DagBag(dag_folder=str(target))
     if bag.import_errors:
         raise AssertionError(f"DAG file {dag_file} failed to import: {bag.import_errors}")
     dag = bag.get_dag(dag_id)
@@ -73,8 +91,9 @@ def load_dag(dag_file: Path, dag_id: str) -> Any:
     return dag
 
 
-def serialize_dags() -> None:
-    """Parse the session's DAGs folder into the metadata database, as the DAG processor would."""
+def serialize_dags(dag_id: str | None = None) -> None:
+    """Parse the session's DAGs folder into the metadata database, as the DAG processor would (for
+    ``dag_id`` alone when named: see :func:`parsing_for`)."""
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
 
@@ -83,7 +102,8 @@ def serialize_dags() -> None:
     for bundle in manager.get_all_dag_bundles():
         if not bundle.is_initialized:
             bundle.initialize()
-        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
+        with parsing_for(dag_id):
+            bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
         sync_bag_to_db(bag, bundle.name, bundle.version)
 
 
@@ -115,7 +135,8 @@ def create_dag_run(dag_id: str, run_id: str, logical_date: Any) -> None:
 
 def run_dag(dag_file: Path, dag_id: str, **test_kwargs: Any) -> Any:
     """Run a DAG in-process with ``dag.test()`` and return its DagRun."""
-    return load_dag(dag_file, dag_id).test(**test_kwargs)
+    with parsing_for(dag_id):  # dag.test parses the DAGs folder again and writes what it finds
+        return load_dag(dag_file, dag_id).test(**test_kwargs)
 
 
 def task_states(dag_run: Any) -> dict[str, str]:

@@ -83,7 +83,7 @@ def defer(run_id: str, dag_id: str = DAG_ID, dag_file: Path = DAG_FILE) -> Any:
 def deferred_run(fed: SimFederation, prefix: str, dag_id: str = DAG_ID) -> tuple[str, str, str, str]:
     """A new run of the DAG whose task deferred with no triggerer: (run id, cluster, namespace, pod)."""
     airflow_harness.load_dag(DAG_FILE, dag_id)
-    airflow_harness.serialize_dags()
+    airflow_harness.serialize_dags(dag_id)
     now = datetime.now(UTC)
     run_id = f"manual__{prefix}-{now.timestamp():.0f}"
     airflow_harness.create_dag_run(dag_id, run_id, now)

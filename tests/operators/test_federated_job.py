@@ -378,7 +378,7 @@ def test_a_deferred_job_try_ended_by_a_user_has_its_job_swept_by_the_next_snapsh
 
     dag_id = "gang_deferred_ended"
     airflow_harness.load_dag(DAG_FILE, dag_id)
-    airflow_harness.serialize_dags()
+    airflow_harness.serialize_dags(dag_id)
     run_id = f"manual__job-swept-{datetime.now(UTC).timestamp():.0f}"
     airflow_harness.create_dag_run(dag_id, run_id, datetime.now(UTC))
     ended.defer(run_id, dag_id, DAG_FILE)
@@ -642,7 +642,7 @@ def test_a_retry_waits_for_a_dead_try_s_silent_cluster_and_adopts_its_complete_j
 
     dag_id = "gang_killed_preemptible"
     airflow_harness.load_dag(DAG_FILE, dag_id)
-    airflow_harness.serialize_dags()
+    airflow_harness.serialize_dags(dag_id)
     now = datetime.now(UTC)
     run_id = f"manual__killed-gang-{now.timestamp():.0f}"
     airflow_harness.create_dag_run(dag_id, run_id, now)

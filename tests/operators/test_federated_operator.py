@@ -388,7 +388,7 @@ def test_killed_worker_then_restarted_try_reattaches_to_the_same_pod(
     """A worker dies mid-task; the restarted try (or, after a retry, the next try) finds the pod in its
     cluster, whatever labels an orphaned earlier process left on it: one pod is ever created."""
     airflow_harness.load_dag(DAG_FILE, "fed_reattach")
-    airflow_harness.serialize_dags()
+    airflow_harness.serialize_dags("fed_reattach")
     now = datetime.now(UTC)
     run_id = f"manual__reattach-{retry}-{now.timestamp():.0f}"
     airflow_harness.create_dag_run("fed_reattach", run_id, now)
@@ -702,7 +702,7 @@ def killed_while_its_pod_runs(
 def task_test_run(dag_id: str, prefix: str) -> tuple[str, list[str]]:
     """A new run of ``dag_id`` and the ``airflow tasks test`` command that runs its task (a worker)."""
     airflow_harness.load_dag(DAG_FILE, dag_id)
-    airflow_harness.serialize_dags()
+    airflow_harness.serialize_dags(dag_id)
     now = datetime.now(UTC)
     run_id = f"manual__{prefix}-{now.timestamp():.0f}"
     airflow_harness.create_dag_run(dag_id, run_id, now)

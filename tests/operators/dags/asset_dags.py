@@ -9,7 +9,7 @@ from datetime import datetime
 from airflow.sdk import DAG, Asset
 
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
-from tests.operators.dags.federated_dags import federated_dag, pod_args, sim
+from tests.operators.dags.federated_dags import federated_dag, pod_args, registered, sim
 
 CUSTOMERS = Asset(uri="s3://eu-lake/customers/2026.parquet", name="customers-2026")
 """eu-customers by the spec's glob: eu-west-1 only."""
@@ -41,7 +41,13 @@ federated_dag(
 def lineage_dag(dag_id: str, features: Asset, *, write: bool) -> None:
     """``write`` (pinned to west-general) writes ``features``; ``read`` reads it, placed where it was
     written. Without ``write``, ``read`` has no event to follow."""
-    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    with DAG(
+        dag_id,
+        start_date=datetime(2026, 1, 1),
+        schedule=None,
+        auto_register=registered(dag_id),
+        catchup=False,
+    ):
         read = FederatedKubernetesOperator(task_id="read", inlets=[features], **pod_args())
         if write:
             (
@@ -69,7 +75,13 @@ def acceptance_dag() -> None:
     """``write`` writes a sovereign Asset (eu-customers: eu-west-1 only); ``read`` reads it, tempted
     towards China; ``read_steered`` may only run on west-general or east-cpu and prefers east-cpu. Both
     follow the data to west-general: never outside its region."""
-    with DAG("fed_asset_acceptance", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    with DAG(
+        "fed_asset_acceptance",
+        start_date=datetime(2026, 1, 1),
+        schedule=None,
+        auto_register=registered("fed_asset_acceptance"),
+        catchup=False,
+    ):
         write = FederatedKubernetesOperator(task_id="write", outlets=[EU_SCORES], **pod_args())
         read = FederatedKubernetesOperator(
             task_id="read", inlets=[EU_SCORES], **pod_args(prefer_region="cn-east-1")
@@ -93,7 +105,13 @@ def derived_dag(dag_id: str, *, deferrable: bool) -> None:
     """``derive`` reads EU customers and writes a report no spec entry names, reporting its size from the
     pod; ``read`` reads the report, tempted towards China: the report inherits its input's rule (eu-west-1)
     and its reported size pulls locality to where it was written."""
-    with DAG(dag_id, start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    with DAG(
+        dag_id,
+        start_date=datetime(2026, 1, 1),
+        schedule=None,
+        auto_register=registered(dag_id),
+        catchup=False,
+    ):
         (
             FederatedKubernetesOperator(
                 task_id="derive",
