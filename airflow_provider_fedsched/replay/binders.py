@@ -199,9 +199,7 @@ def _gpu_packing(member: Member, pod: Pod, feasible: Bools, rng: np.random.Gener
 
 def _best_fit(member: Member, pod: Pod, feasible: Bools, rng: np.random.Generator) -> Choice:
     shape, view = pod.shape, member.view
-    left = (view.cpu - shape.cpu) / MAX_CPU * 0.5 + (
-        view.free_gpu - shape.gpu_total
-    ) / MAX_GPU * 0.5
+    left = (view.cpu - shape.cpu) / MAX_CPU * 0.5 + (view.free_gpu - shape.gpu_total) / MAX_GPU * 0.5
     raw = ((1.0 - left) * MAX_SCORE).astype(np.int64)
     low, high = raw[feasible].min(), raw[feasible].max()
     scores = (raw - low) * MAX_SCORE // (high - low) if high > low else np.zeros_like(raw)

@@ -121,6 +121,7 @@ class _Snapshots:
             placements=[],
             tenants={},
             workload=self.workload,
+            missing_permissions=[],
         )
         self.in_flight[name] = []
 
