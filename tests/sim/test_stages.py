@@ -84,7 +84,7 @@ def test_a_pod_runs_ends_and_is_removed_stage_by_stage() -> None:
     failed["metadata"].update(deletionTimestamp="t", deletionGracePeriodSeconds=30)
     remove = only_match(failed)
     assert remove is not None and remove.name == "fedsched-pod-remove"
-    assert remove.delay(st.document(failed)) == 30.0  # its containers ran: the grace period
+    assert remove.delay(st.document(failed)) == 0.0  # it had ended: at once
     bound["metadata"].update(deletionTimestamp="t", deletionGracePeriodSeconds=30)
     assert remove.delay(st.document(bound)) == 0.0  # none ran: at once
 
@@ -103,6 +103,7 @@ def test_a_graceful_deletion_kills_what_runs() -> None:
     )
     remove = only_match(killed)
     assert remove is not None and remove.name == "fedsched-pod-remove"
+    assert remove.delay(st.document(killed)) == 30.0  # the deletion killed it: the grace period
 
 
 def test_restarts_back_off_as_the_kubelet_does() -> None:
