@@ -29,7 +29,7 @@ from tests.test_architecture import DEV_TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "airflow_provider_fedsched"
-DEV_ONLY_REQUIREMENTS = {"matplotlib", "jsonpatch"}
+DEV_ONLY_REQUIREMENTS = {"matplotlib", "jsonpatch", "jq"}
 
 
 @dataclass(frozen=True)

@@ -385,7 +385,7 @@ def _outputs(pod: dict[str, Any], time_scale: float) -> dict[str, ContainerOutpu
     return {
         name: ContainerOutput(
             lines=[] if name == SIDECAR else log_lines(pod, name),
-            seconds=float_annotation(pod, "duration", 1.0, name) * time_scale,
+            seconds=float_annotation(pod, "duration", 1.0) * time_scale,  # the run stage's: the pod's
         )
         for name in names
     }

@@ -1,25 +1,28 @@
-"""kwok Stages: the pod and node lifecycle of the test bed, as data (kwok plays them as the kubelet).
+"""kwok Stages of the test bed: its two node stages, and the pod lifecycle it shares with the simulator.
 
-Bare pods are steered by the same ``sim.fedsched.io/*`` annotations as the simulator's kubelet, so one DAG
-runs unchanged on both: ``duration`` run seconds (default 1), ``exit-code`` (default 0; ``exit-code.NAME``
-for one container), ``startup-delay`` (default 0.2), ``logs`` and ``xcom`` (served by the pod agent through
-kwok's Logs and Exec objects). Durations are multiplied by the federation's ``time_scale``.
-A pod starts only once the agent has prepared its logs and exec answers (``PREPARED``); the XCom sidecar
-stops when the sidecar's kill reached it (``SIDECAR_KILLED``); ``EVICT`` plays a node-pressure eviction.
+The pod stages are not written here: they are ``sim/controllers/pod-stages.yaml``, the simulator's
+kubelet's own, which kwok plays as they are but for two things the test bed adds: a pod starts only once
+the pod agent has prepared its logs and exec answers (``PREPARED``), and every pod stage's delay (the
+``sim.fedsched.io/*`` durations, the kubelet's back-offs and grace periods) is multiplied by the
+federation's ``time_scale``. ``EVICT`` plays a node-pressure eviction (its stage is in the shared file).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-SIM = "sim.fedsched.io/"
+from airflow_provider_fedsched.sim.controllers.runtime import SIDECAR, SIDECAR_KILLED
+from airflow_provider_fedsched.sim.controllers.stages import read_stage_objects
+
 TESTBED = "testbed.fedsched.io/"
 PREPARED = TESTBED + "prepared"
-SIDECAR_KILLED = TESTBED + "sidecar-killed"
 EVICT = TESTBED + "evict"
 MANAGED_LABEL = "fedsched.io/kwok-managed"
-SIDECAR = "airflow-xcom-sidecar"
+STARTING_STAGES = ("fedsched-pod-start", "fedsched-pod-image-pull-error")
+"""The stages that first act on a new pod: they wait for the pod agent."""
 
+__all__ = ["EVICT", "MANAGED_LABEL", "PREPARED", "SIDECAR", "SIDECAR_KILLED", "kwok_stages", "pod_stages"]
 
 Match = tuple[str, str, list[str]]  # a jq key, an operator (In, NotIn, Exists, DoesNotExist), values
 
@@ -40,161 +43,9 @@ def _stage(
     return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name}, "spec": spec}
 
 
-def _seconds(annotation: str, default: float, scale: float) -> dict[str, Any]:
-    """A delay read from a seconds annotation, scaled; a missing or non-numeric one is the default."""
-    expr = (
-        f'((.metadata.annotations["{SIM}{annotation}"] // "{default}") | tonumber * {scale} | tostring) + "s"'
-    )
-    return {
-        "durationMilliseconds": round(default * scale * 1000),
-        "durationFrom": {"jq": {"expression": expr}},
-    }
-
-
 def _status_patch(template: str) -> dict[str, Any]:
     return {"patch": {"subresource": "status", "root": "status", "type": "merge", "template": template}}
 
-
-def _event(reason: str, message: str, kind: str = "Normal") -> dict[str, Any]:
-    return {"event": {"type": kind, "reason": reason, "message": message}}
-
-
-_ANN = "{{ $ann := or .metadata.annotations dict }}"
-# The exit code of container .name: its own annotation, else the pod's, else 0.
-_CODE = (
-    '{{ $code := default (default "0" (index $ann "' + SIM + 'exit-code")) '
-    '(index $ann (printf "' + SIM + 'exit-code.%s" .name)) }}'
-)
-_CONDITION = """
-- type: {type}
-  status: "{status}"
-  lastProbeTime: null
-  lastTransitionTime: {{{{ $now | Quote }}}}{extra}"""
-
-
-def _conditions(ready: bool, reason: str = "") -> str:
-    status = "True" if ready else "False"
-    extra = "" if ready else f"\n  reason: {reason}"
-    return "conditions:" + "".join(
-        _CONDITION.format(type=t, status=s, extra=e)
-        for t, s, e in [
-            ("PodReadyToStartContainers", "True", ""),
-            ("Initialized", "True", ""),
-            ("Ready", status, extra),
-            ("ContainersReady", status, extra),
-            ("PodScheduled", "True", ""),
-        ]
-    )
-
-
-_RUNNING = """
-- name: {{ .name | Quote }}
-  image: {{ .image | Quote }}
-  imageID: {{ printf "docker.io/library/%s" .image | Quote }}
-  containerID: {{ printf "kwok://%s-%s" $uid .name | Quote }}
-  ready: true
-  started: true
-  restartCount: 0
-  state:
-    running:
-      startedAt: {{ $now | Quote }}"""
-
-_TERMINATED = """
-- name: {{ .name | Quote }}
-  image: {{ .image | Quote }}
-  imageID: {{ printf "docker.io/library/%s" .image | Quote }}
-  containerID: {{ printf "kwok://%s-%s" $uid .name | Quote }}
-  ready: false
-  started: false
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: {{ $code }}
-      reason: {{ if eq $code "0" }}Completed{{ else }}Error{{ end }}
-      startedAt: {{ $started | Quote }}
-      finishedAt: {{ $now | Quote }}
-      containerID: {{ printf "kwok://%s-%s" $uid .name | Quote }}"""
-
-_HEAD = (
-    "{{ $now := Now }}{{ $uid := .metadata.uid }}" + _ANN + "{{ $started := or .status.startTime $now }}"
-    '{{ $failed := false }}{{ range .spec.containers }}{{ if ne .name "'
-    + SIDECAR
-    + '" }}'
-    + _CODE
-    + '{{ if ne $code "0" }}{{ $failed = true }}{{ end }}{{ end }}{{ end }}\n'
-)
-
-_START = (
-    "{{ $now := Now }}{{ $uid := .metadata.uid }}\n"
-    + _conditions(True)
-    + "\ncontainerStatuses:{{ range .spec.containers }}"
-    + _RUNNING
-    + "{{ end }}\n"
-    + "{{ if .spec.initContainers }}initContainerStatuses:{{ range .spec.initContainers }}"
-    + _TERMINATED.replace("{{ $code }}", "0")
-    .replace('{{ if eq $code "0" }}Completed{{ else }}Error{{ end }}', "Completed")
-    .replace("{{ $started | Quote }}", "{{ $now | Quote }}")
-    + "{{ end }}{{ end }}\n"
-    + "hostIP: {{ NodeIPWith .spec.nodeName | Quote }}\n"
-    + "hostIPs:\n- ip: {{ NodeIPWith .spec.nodeName | Quote }}\n"
-    + 'podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) '
-    + '( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}\n'
-    + "phase: Running\nstartTime: {{ $now | Quote }}\n"
-)
-
-# The main containers end; the XCom sidecar (if any) keeps running until it is killed.
-_RUN_END = (
-    _HEAD
-    + '{{ $sidecar := false }}{{ range .spec.containers }}{{ if eq .name "'
-    + SIDECAR
-    + '" }}'
-    + "{{ $sidecar = true }}{{ end }}{{ end }}\n"
-    + 'containerStatuses:{{ range .spec.containers }}{{ if eq .name "'
-    + SIDECAR
-    + '" }}'
-    + _RUNNING.replace("startedAt: {{ $now | Quote }}", "startedAt: {{ $started | Quote }}")
-    + "{{ else }}"
-    + _CODE
-    + _TERMINATED
-    + "{{ end }}{{ end }}\n"
-    + "{{ if not $sidecar }}"
-    + _conditions(False, "PodCompleted")
-    + "\nphase: {{ if $failed }}Failed{{ else }}Succeeded{{ end }}\n"
-    + "{{ else }}"
-    + _conditions(False, "ContainersNotReady")
-    + "\n{{ end }}"
-)
-
-_SIDECAR_END = (
-    _HEAD
-    + 'containerStatuses:{{ range .spec.containers }}{{ if eq .name "'
-    + SIDECAR
-    + '" }}{{ $code := "0" }}'
-    + _TERMINATED
-    + "{{ else }}"
-    + _CODE
-    + _TERMINATED
-    + "{{ end }}{{ end }}\n"
-    + _conditions(False, "PodCompleted")
-    + "\nphase: {{ if $failed }}Failed{{ else }}Succeeded{{ end }}\n"
-)
-
-_EVICTED = (
-    "{{ $now := Now }}{{ $uid := .metadata.uid }}{{ $started := or .status.startTime $now }}"
-    + _ANN
-    + '{{ $resource := index $ann "'
-    + EVICT
-    + '" }}{{ $code := "137" }}\n'
-    + "phase: Failed\nreason: Evicted\n"
-    + 'message: {{ printf "The node was low on resource: %s. Threshold quantity: 100Mi, available: 10Mi. " '
-    + "$resource | Quote }}\n"
-    + "containerStatuses:{{ range .spec.containers }}"
-    + _TERMINATED.replace('{{ if eq $code "0" }}Completed{{ else }}Error{{ end }}', "ContainerStatusUnknown")
-    + "{{ end }}\n"
-    + _conditions(False, "PodFailed")
-    + _CONDITION.format(type="DisruptionTarget", status="True", extra="\n  reason: TerminationByKubelet")
-    + '\n  message: {{ printf "The node was low on resource: %s." $resource | Quote }}\n'
-)
 
 _NODE_INIT = """{{ $now := Now }}
 conditions:
@@ -240,30 +91,38 @@ conditions:
 {{ end }}
 """
 
-_ALIVE: Match = (".metadata.deletionTimestamp", "DoesNotExist", [])
 _NODE_READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
 
 
-def _phase(*phases: str) -> Match:
-    return (".status.phase", "In", list(phases))
+def _scaled(delay: dict[str, Any], scale: float) -> dict[str, Any]:
+    """A pod stage's delay times ``scale``: its milliseconds, and the Go duration its expression yields
+    (an expression that fails yields nothing either way, and kwok falls back on the milliseconds)."""
+    out = dict(delay)
+    if "durationMilliseconds" in out:
+        out["durationMilliseconds"] = round(out["durationMilliseconds"] * scale)
+    expression = ((out.get("durationFrom") or {}).get("jq") or {}).get("expression")
+    if expression is not None:
+        seconds = f'(({expression}) | rtrimstr("s") | tonumber * {scale})'
+        out["durationFrom"] = {"jq": {"expression": f'({seconds} | tostring) + "s"'}}
+    return out
 
 
-def _annotation(key: str, op: str = "Exists", *values: str) -> Match:
-    return (f'.metadata.annotations["{key}"]', op, list(values))
-
-
-def _running(sidecar: bool, op: str = "Exists") -> Match:
-    which = "==" if sidecar else "!="
-    return (
-        f'.status.containerStatuses.[] | select( .name {which} "{SIDECAR}" ) | .state.running.startedAt',
-        op,
-        [],
-    )
+def pod_stages(time_scale: float = 1.0) -> list[dict[str, Any]]:
+    """The shared pod lifecycle as the test bed's kwok plays it: gated on the agent, scaled."""
+    stages = copy.deepcopy(read_stage_objects())
+    for stage in stages:
+        spec = stage["spec"]
+        if stage["metadata"]["name"] in STARTING_STAGES:
+            spec["selector"]["matchExpressions"].append(
+                {"key": f'.metadata.annotations["{PREPARED}"]', "operator": "In", "values": ["true"]}
+            )
+        if "delay" in spec and time_scale != 1.0:
+            spec["delay"] = _scaled(spec["delay"], time_scale)
+    return stages
 
 
 def kwok_stages(time_scale: float = 1.0) -> list[dict[str, Any]]:
     """Every Stage the test bed's kwok plays, for one ``time_scale``."""
-    not_evicted = _annotation(EVICT, "DoesNotExist")
     return [
         _stage(
             "fedsched-node-initialize",
@@ -278,65 +137,5 @@ def kwok_stages(time_scale: float = 1.0) -> list[dict[str, Any]]:
             [_status_patch(_NODE_HEARTBEAT)],
             delay={"durationMilliseconds": 20000, "jitterDurationMilliseconds": 25000},
         ),
-        _stage(
-            "fedsched-pod-start",
-            "Pod",
-            [
-                _ALIVE,
-                _phase("Pending"),
-                _annotation(PREPARED, "In", "true"),
-                (".status.containerStatuses.[].state.running.startedAt", "DoesNotExist", []),
-                (".status.containerStatuses.[].state.terminated", "DoesNotExist", []),
-            ],
-            [
-                _event("Pulling", "Pulling image"),
-                _event("Pulled", "Successfully pulled image"),
-                _event("Created", "Created container"),
-                _event("Started", "Started container"),
-                _status_patch(_START),
-            ],
-            delay=_seconds("startup-delay", 0.2, time_scale),
-        ),
-        _stage(
-            "fedsched-pod-run",
-            "Pod",
-            [
-                _ALIVE,
-                not_evicted,
-                _phase("Running"),
-                (".spec.restartPolicy", "NotIn", ["Always"]),
-                _running(False),
-            ],
-            [_status_patch(_RUN_END)],
-            delay=_seconds("duration", 1, time_scale),
-        ),
-        _stage(
-            "fedsched-pod-sidecar-killed",
-            "Pod",
-            [
-                _ALIVE,
-                not_evicted,
-                _phase("Running"),
-                _annotation(SIDECAR_KILLED, "In", "true"),
-                _running(True),
-                _running(False, "DoesNotExist"),
-            ],
-            [_event("Killing", f"Stopping container {SIDECAR}"), _status_patch(_SIDECAR_END)],
-        ),
-        _stage(
-            "fedsched-pod-evict",
-            "Pod",
-            [_ALIVE, _annotation(EVICT), _phase("Running")],
-            [
-                _event("Evicted", "The node was low on resource.", "Warning"),
-                _status_patch(_EVICTED),
-            ],
-        ),
-        _stage(
-            "fedsched-pod-delete",
-            "Pod",
-            [(".metadata.deletionTimestamp", "Exists", []), (".metadata.finalizers", "DoesNotExist", [])],
-            [{"delete": True}],
-            delay={"durationMilliseconds": 200},
-        ),
+        *pod_stages(time_scale),
     ]

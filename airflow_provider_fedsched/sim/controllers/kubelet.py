@@ -1,16 +1,16 @@
-"""A kwok-like kubelet for every node of one cluster: pod stages from data, containers from the runtime.
+"""The simulated kubelet of one cluster's nodes: it plays the kwok Stages of ``pod-stages.yaml``.
 
-It watches pods bound to its nodes and, as ``pod-stages.yaml`` says, moves them through creation, image
-pulls, running, deletion and removal. Containers run in :class:`Runtime`; when one exits the kubelet
-marks it terminated or restarts it (``restartPolicy``) and derives the pod's phase and Ready conditions.
-Pods that do not fit their node are rejected at admission (``OutOfcpu``), as the real kubelet does.
-A frozen (unreachable) node's kubelet does nothing until it is back.
+It watches pods bound to its nodes and plays, for each, the stage whose selector matches (after its delay,
+and again whenever the pod changes): start, image pulls, the end of the run by ``duration`` and
+``exit-code``, restarts with back-off, the XCom sidecar's end, a graceful deletion and the removal. The
+same file is what kwok plays on the test bed. What only this kubelet does, in code: admission (pods that do
+not fit their node fail with ``OutOfcpu``, as the real kubelet rejects them) and the containers' output and
+exec (:class:`Runtime`). A frozen (unreachable) node's kubelet does nothing until it is back.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_fedsched.federation.resources import (
@@ -23,10 +23,11 @@ from airflow_provider_fedsched.federation.resources import (
 )
 from airflow_provider_fedsched.sim.apiserver import pods
 from airflow_provider_fedsched.sim.apiserver.events import EventRecorder
-from airflow_provider_fedsched.sim.apiserver.objects import TERMINAL, set_condition
+from airflow_provider_fedsched.sim.apiserver.objects import TERMINAL
 from airflow_provider_fedsched.sim.apiserver.store import Obj, Store, WatchEvent
+from airflow_provider_fedsched.sim.controllers import gotemplate
 from airflow_provider_fedsched.sim.controllers import stages as st
-from airflow_provider_fedsched.sim.controllers.runtime import Runtime
+from airflow_provider_fedsched.sim.controllers.runtime import SIDECAR_KILLED, Runtime
 from airflow_provider_fedsched.sim.util import ApiError, Clock, now_iso
 
 COMPONENT = "kubelet"
@@ -38,27 +39,6 @@ NODE_READY = {
 }
 
 
-def recompute(pod: Obj) -> None:
-    """Derive phase and Ready/ContainersReady from the container states."""
-    statuses = pod["status"].get("containerStatuses") or []
-    if not statuses:
-        return
-    unready = [cs["name"] for cs in statuses if not cs.get("ready")]
-    done = all("terminated" in (cs.get("state") or {}) for cs in statuses)
-    if unready:
-        reason = "PodCompleted" if done else "ContainersNotReady"
-        message = None if done else f"containers with unready status: [{' '.join(unready)}]"
-        set_condition(pod, "Ready", "False", reason, message)
-        set_condition(pod, "ContainersReady", "False", reason, message)
-    else:
-        set_condition(pod, "Ready", "True")
-        set_condition(pod, "ContainersReady", "True")
-    if done:
-        failed = any(cs["state"]["terminated"].get("exitCode") != 0 for cs in statuses)
-        pod["status"]["phase"] = "Failed" if failed else "Succeeded"
-        set_condition(pod, "PodReadyToStartContainers", "False")
-
-
 class Kubelet:
     def __init__(
         self, store: Store, events: EventRecorder, clock: Clock, stages: list[st.Stage] | None = None
@@ -67,12 +47,11 @@ class Kubelet:
         self.events = events
         self.clock = clock
         self.stages = stages if stages is not None else st.load_stages()
-        self.runtime = Runtime(clock)
+        self.runtime = Runtime(clock, on_kill=self._sidecar_killed)
         self.frozen_nodes: set[str] = set()
         self._pending: dict[str, tuple[str, asyncio.TimerHandle]] = {}  # uid -> (stage, timer)
-        self._repeats: dict[tuple[str, str], int] = {}
         self._processes: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._restarts: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._pod_ips: dict[str, str] = {}
         self._ip = 0
         # What the pods each node admitted request (admission looks here, not at every pod).
         self._admitted: dict[str, tuple[str, dict[str, int]]] = {}
@@ -89,7 +68,7 @@ class Kubelet:
             self._stop(uid)
             self._release(uid)
             self.runtime.forget(uid)
-            self._repeats = {k: v for k, v in self._repeats.items() if k[0] != uid}
+            self._pod_ips.pop(uid, None)
             return
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or self.store.get("nodes", "", node) is None:
@@ -113,24 +92,22 @@ class Kubelet:
                 loop = asyncio.get_running_loop()
                 loop.call_soon(self._reject, meta["namespace"], meta["name"], uid, *rejection)
                 return
-        if deleting or phase in TERMINAL:
-            self._stop_processes(uid)
-        else:
-            self._sync_processes(pod)
+        self._sync_processes(pod)
         self._schedule_stage(pod)
 
     def _schedule_stage(self, pod: Obj) -> None:
         meta = pod["metadata"]
         uid = meta["uid"]
-        stage = st.first_match(self.stages, pod)
+        document = st.document(pod)
+        # kwok plays one of the matching stages at random; the file's stages exclude each other.
+        stage = next((s for s in self.stages if s.matches(document)), None)
         pending = self._pending.get(uid)
         if pending is not None and (stage is None or pending[0] != stage.name):
             pending[1].cancel()
             self._pending.pop(uid, None)
         if stage is None or (pending is not None and pending[0] == stage.name):
             return
-        repeats = self._repeats.get((uid, stage.name), 0)
-        delay = self.clock.real(st.delay_of(stage, pod, repeats))
+        delay = self.clock.real(stage.delay(document))
         timer = asyncio.get_running_loop().call_later(
             delay, self._fire, meta["namespace"], meta["name"], uid, stage
         )
@@ -142,68 +119,56 @@ class Kubelet:
         return pod if pod is not None and pod["metadata"]["uid"] == uid else None
 
     def _fire(self, namespace: str, name: str, uid: str, stage: st.Stage) -> None:
+        """Play a stage's steps in order, as kwok does: events, status patches, the deletion."""
         if self._pending.get(uid, ("",))[0] == stage.name:
             self._pending.pop(uid, None)
         pod = self._pod(namespace, name, uid)
         if (
             pod is None
             or pod["spec"].get("nodeName") in self.frozen_nodes
-            or not st.matches(pod, stage.selector)
+            or not stage.matches(st.document(pod))
         ):
             return
-        key = (uid, stage.name)
-        self._repeats[key] = self._repeats.get(key, 0) + 1
-        lookup = self._lookup(pod)
-        # Events are rendered against the pod before the stage (which containers were running).
-        events = st.events_of(stage, pod, lookup)
-        if stage.next.containers == "stop":
-            self._stop_processes(uid)
-        updated: Obj | None = pod
-        if stage.next.status:
-
-            def apply(p: Obj) -> None:
-                st.apply_status(p, stage.next.status, lookup)
-                recompute(p)
-
-            updated = self.store.mutate("pods", namespace, name, apply)
-        for etype, reason, message in events:
-            self.events.record(updated or pod, etype, reason, message, COMPONENT, pod["spec"].get("nodeName"))
-        if stage.next.delete and self._pod(namespace, name, uid) is not None:
-            pods.delete_pod(self.store, namespace, name, 0)
-
-    def _lookup(self, pod: Obj) -> Callable[[str], str | None]:
-        cache: dict[str, str] = {}
-        containers = pod["spec"].get("containers") or []
-
-        def lookup(key: str) -> str | None:
-            if key in cache:
-                return cache[key]
-            value: str | None
-            if key == "now":
-                value = now_iso()
-            elif key == "node.ip":
-                value = self._node_ip(pod["spec"].get("nodeName") or "")
-            elif key == "pod.ip":
-                value = self._next_ip()
-            elif key == "pod.uid8":
-                value = pod["metadata"]["uid"][:8]
-            elif key == "containers":
-                value = " ".join(c["name"] for c in containers)
-            elif key.startswith("container0.") and containers:
-                value = st.container_vars(pod, containers[0]["name"]).get(
-                    key.replace("container0.", "container.")
+        node = pod["spec"].get("nodeName")
+        funcs: dict[str, gotemplate.Func] = {"NodeIPWith": self._node_ip, "PodIPWith": self._pod_ip}
+        deleted = False
+        for step in stage.steps:
+            event = step.get("event")
+            if event is not None:
+                self.events.record(
+                    pod,
+                    event.get("type") or "Normal",
+                    event.get("reason") or "",
+                    event.get("message") or "",
+                    COMPONENT,
+                    node,
                 )
-            else:
-                value = st.annotation_var(pod, key)
-            if value is not None:
-                cache[key] = value
-            return value
+            if deleted:
+                continue
+            if step.get("delete"):
+                deleted = True
+                if self._pod(namespace, name, uid) is not None:
+                    pods.delete_pod(self.store, namespace, name, 0)
+                continue
+            patch = step.get("patch")
+            if patch is not None:
+                rendered = st.render_patch(patch, pod, funcs)
 
-        return lookup
+                def apply(p: Obj, patch: Any = patch, rendered: Obj = rendered) -> None:
+                    result = st.apply_patch(p, patch, rendered)
+                    p.clear()
+                    p.update(result)
 
-    def _next_ip(self) -> str:
-        self._ip += 1
-        return f"10.244.{(self._ip // 250) % 250}.{self._ip % 250 + 2}"
+                pod = self.store.mutate("pods", namespace, name, apply) or pod
+
+    def _pod_ip(self, node: str, host_network: Any, uid: str, name: str = "", namespace: str = "") -> str:
+        """kwok's ``PodIPWith``: the node's IP for a host-network pod, else one address per pod."""
+        if host_network is True:
+            return self._node_ip(node)
+        if uid not in self._pod_ips:
+            self._ip += 1
+            self._pod_ips[uid] = f"10.244.{(self._ip // 250) % 250}.{self._ip % 250 + 2}"
+        return self._pod_ips[uid]
 
     def _node_ip(self, node_name: str) -> str:
         node = self.store.get("nodes", "", node_name)
@@ -211,6 +176,21 @@ class Kubelet:
             if addr.get("type") == "InternalIP":
                 return str(addr["address"])
         return "10.0.0.1"
+
+    def _sidecar_killed(self, uid: str, container: str) -> None:
+        """The sidecar's kill reached it: mark the pod, as the test bed's agent does, for its stage."""
+        pod = next((p for p in self.store.objects["pods"].values() if p["metadata"]["uid"] == uid), None)
+        if pod is None:
+            return
+        meta = pod["metadata"]
+
+        def apply(p: Obj) -> None:
+            if p["metadata"]["uid"] == uid:
+                p["metadata"].setdefault("annotations", {})[SIDECAR_KILLED] = "true"
+
+        asyncio.get_running_loop().call_soon(
+            self.store.mutate, "pods", meta["namespace"], meta["name"], apply
+        )
 
     # -- admission -------------------------------------------------------------------------------------
     def _admit(self, pod: Obj, node_name: str) -> tuple[str, str] | None:
@@ -264,94 +244,45 @@ class Kubelet:
 
     # -- containers ------------------------------------------------------------------------------------
     def _sync_processes(self, pod: Obj) -> None:
-        """Every container the status says is running has a process (after start, restart or a thaw)."""
+        """Every container the status says is running has a process writing its output (after a start,
+        a restart or a thaw), and no other container has one."""
         uid = pod["metadata"]["uid"]
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            key = (uid, cs["name"])
-            if (
-                "running" in (cs.get("state") or {})
-                and key not in self._processes
-                and key not in self._restarts
-            ):
+        running = set()
+        if not pod["metadata"].get("deletionTimestamp"):
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                if "running" in (cs.get("state") or {}):
+                    running.add(cs["name"])
+        for key in [k for k in self._processes if k[0] == uid and k[1] not in running]:
+            task = self._processes.pop(key)
+            if task is not asyncio.current_task():
+                task.cancel()
+        for container in running:
+            key = (uid, container)
+            if key not in self._processes:
+                buffer = self.runtime.log_buffer(uid, container)
+                if buffer is not None and buffer.done:
+                    self.runtime.restarted(uid, container)  # a new instance: the old output is ``previous``
                 meta = pod["metadata"]
+                started = asyncio.get_running_loop().time()  # the run stage's delay starts now too
                 self._processes[key] = asyncio.ensure_future(
-                    self._process(meta["namespace"], meta["name"], uid, cs["name"])
+                    self._process(meta["namespace"], meta["name"], uid, container, started)
                 )
 
-    async def _process(self, namespace: str, name: str, uid: str, container: str) -> None:
+    async def _process(self, namespace: str, name: str, uid: str, container: str, started: float) -> None:
         key = (uid, container)
         try:
             pod = self._pod(namespace, name, uid)
-            if pod is None:
-                return
-            exit_code = await self.runtime.run(pod, container)
+            if pod is not None:
+                await self.runtime.run(pod, container, started)
         finally:
             if self._processes.get(key) is asyncio.current_task():
                 del self._processes[key]
-        pod = self._pod(namespace, name, uid)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
-            return
-        policy = pod["spec"].get("restartPolicy", "Always")
-        restart = policy == "Always" or (policy == "OnFailure" and exit_code != 0)
-        restarts = next(
-            (
-                int(cs.get("restartCount") or 0)
-                for cs in pod["status"].get("containerStatuses") or []
-                if cs["name"] == container
-            ),
-            0,
-        )
-        updated = self.store.mutate("pods", namespace, name, _exited(container, exit_code, restart))
-        if updated is None or not restart:
-            return
-        backoff = min(10.0 * 2**restarts, 300.0)
-        self.events.record(
-            updated,
-            "Warning",
-            "BackOff",
-            f"Back-off restarting failed container {container} in pod {name}_{namespace}({uid})",
-            COMPONENT,
-            updated["spec"].get("nodeName"),
-        )
-        self._restarts[key] = asyncio.get_running_loop().call_later(
-            self.clock.real(backoff), self._restart, namespace, name, uid, container
-        )
-
-    def _restart(self, namespace: str, name: str, uid: str, container: str) -> None:
-        self._restarts.pop((uid, container), None)
-        pod = self._pod(namespace, name, uid)
-        if (
-            pod is None
-            or pod["metadata"].get("deletionTimestamp")
-            or pod["spec"].get("nodeName") in self.frozen_nodes
-        ):
-            return
-        self.runtime.restarted(uid, container)
-        started = now_iso()
-
-        def apply(p: Obj) -> None:
-            for cs in p["status"]["containerStatuses"]:
-                if cs["name"] == container:
-                    cs.update(state={"running": {"startedAt": started}}, ready=True, started=True)
-            recompute(p)
-
-        updated = self.store.mutate("pods", namespace, name, apply)
-        if updated is not None:
-            self.events.record(
-                updated,
-                "Normal",
-                "Started",
-                f"Started container {container}",
-                COMPONENT,
-                pod["spec"]["nodeName"],
-            )
 
     def _stop_processes(self, uid: str) -> None:
-        for table in (self._processes, self._restarts):
-            for key in [k for k in table if k[0] == uid]:
-                item = table.pop(key)
-                if item is not asyncio.current_task():
-                    item.cancel()
+        for key in [k for k in self._processes if k[0] == uid]:
+            task = self._processes.pop(key)
+            if task is not asyncio.current_task():
+                task.cancel()
 
     def _stop(self, uid: str) -> None:
         self._stop_processes(uid)
@@ -399,7 +330,7 @@ class Kubelet:
         return updated
 
     def stop(self) -> None:
-        for uid in {k[0] for k in self._processes} | {k[0] for k in self._restarts} | set(self._pending):
+        for uid in {k[0] for k in self._processes} | set(self._pending):
             self._stop(uid)
 
     def stats(self) -> dict[str, Any]:
@@ -408,37 +339,3 @@ class Kubelet:
             "pending_stages": len(self._pending),
             "frozen": sorted(self.frozen_nodes),
         }
-
-
-def _exited(container: str, exit_code: int, restart: bool) -> Callable[[Obj], None]:
-    finished = now_iso()
-
-    def apply(p: Obj) -> None:
-        uid, name, namespace = p["metadata"]["uid"], p["metadata"]["name"], p["metadata"]["namespace"]
-        for cs in p["status"]["containerStatuses"]:
-            if cs["name"] != container:
-                continue
-            started = (cs["state"].get("running") or {}).get("startedAt", finished)
-            terminated = {
-                "exitCode": exit_code,
-                "reason": "Completed" if exit_code == 0 else "Error",
-                "startedAt": started,
-                "finishedAt": finished,
-                "containerID": cs.get("containerID", ""),
-            }
-            if restart:
-                cs["lastState"] = {"terminated": terminated}
-                cs["restartCount"] = cs.get("restartCount", 0) + 1
-                cs["state"] = {
-                    "waiting": {
-                        "reason": "CrashLoopBackOff",
-                        "message": f"back-off 10s restarting failed container={container} "
-                        f"pod={name}_{namespace}({uid})",
-                    }
-                }
-            else:
-                cs["state"] = {"terminated": terminated}
-            cs.update(ready=False, started=False)
-        recompute(p)
-
-    return apply

@@ -1,15 +1,16 @@
-"""The simulated container runtime: what a container prints, how long it runs, how it exits, and exec.
+"""The simulated container runtime: what a container prints over its run, and exec into it.
 
-Annotations (prefix ``sim.fedsched.io/``; ``KEY.CONTAINER`` overrides ``KEY`` for one container):
-``duration`` run seconds (default 1), ``exit-code`` (default 0), ``logs`` (JSON list or newline text),
-``startup-delay`` seconds before containers start (default 0.2), ``image-pull-error`` (message; the pod stays
-in ErrImagePull/ImagePullBackOff), ``xcom`` (what the xcom sidecar's ``return.json`` holds).
+How long a container runs, how it exits and restarts is the pod stages' (``pod-stages.yaml``); the runtime
+writes a running container's output and answers exec. Annotations (prefix ``sim.fedsched.io/``):
+``duration`` run seconds (default 1; the output is spread over it), ``logs`` (JSON list or newline text;
+``logs.CONTAINER`` for one container) and ``xcom`` (what the xcom sidecar's ``return.json`` holds).
 ``${NAME}`` in log lines becomes the value of the container's env var ``NAME`` (literal ``value`` entries).
 All durations are simulated seconds, scaled by the cluster clock.
 
 Exec runs a handful of commands: enough for KubernetesPodOperator's xcom sidecar (``cat return.json`` or the
-empty marker, then ``kill -2`` on stdin), plus ``echo``, ``cat``, ``true``, ``false``, ``exit N``,
-``hostname`` and ``env``. Anything else ends with exit code 127.
+empty marker, then ``kill -2`` on stdin, which marks the pod ``sidecar-killed`` for its stage), plus
+``echo``, ``cat``, ``true``, ``false``, ``exit N``, ``hostname`` and ``env``. Anything else ends with exit
+code 127.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import asyncio
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airflow_provider_fedsched.sim.apiserver.nodeagent import ExecResult, LogBuffer
@@ -27,6 +28,8 @@ from airflow_provider_fedsched.sim.util import Clock
 
 PREFIX = "sim.fedsched.io/"
 SIDECAR = "airflow-xcom-sidecar"
+SIDECAR_KILLED = PREFIX + "sidecar-killed"
+"""Set on a pod once its XCom sidecar's kill reached it (here by exec, on the test bed by its agent)."""
 XCOM_PATH = "/airflow/xcom/return.json"
 EMPTY_XCOM = "__airflow_xcom_result_empty__"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -90,58 +93,74 @@ def log_lines(pod: Obj, container: str) -> list[str]:
 class Runtime:
     """Container processes of one cluster's nodes, their output, and exec into them."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, on_kill: Callable[[str, str], None] | None = None) -> None:
         self.clock = clock
+        self.on_kill = on_kill
         self.logs: dict[tuple[str, str], LogBuffer] = {}  # (uid, container) current instance
         self.previous_logs: dict[tuple[str, str], LogBuffer] = {}
         self.kill_events: dict[tuple[str, str], asyncio.Event] = {}
+        # Lines not written yet, with the loop time each is due: a container that ends writes those
+        # due by then, however late a busy loop ran its writer (its end is a stage's timer, not this).
+        self._due: dict[tuple[str, str], list[tuple[float, str]]] = {}
 
-    async def run(self, pod: Obj, container: str) -> int:
-        """Run one container instance to its exit; returns the exit code."""
+    async def run(self, pod: Obj, container: str, started: float | None = None) -> None:
+        """Write one running container instance's output over its ``duration`` from ``started`` (the
+        loop's time the kubelet saw it start); its end is the stages'."""
         key = (pod["metadata"]["uid"], container)
         buffer = self.logs.setdefault(key, LogBuffer())
+        loop = asyncio.get_running_loop()
         if container == SIDECAR:
             await self.kill_events.setdefault(key, asyncio.Event()).wait()
             buffer.finish()
-            return 0
+            await loop.create_future()  # killed: it is the stage that ends it
         lines = log_lines(pod, container)
-        duration = float_annotation(pod, "duration", 1.0, container)
-        try:
-            exit_code = int(float(annotation(pod, "exit-code", container, 0)))
-        except (TypeError, ValueError, OverflowError):
-            exit_code = 0
-        step = duration / (len(lines) + 1) if lines else duration
-        for line in lines:
-            await self.clock.sleep(step)
-            buffer.append(line)
-        await self.clock.sleep(step if lines else duration)
-        buffer.finish()
-        return exit_code
+        step = float_annotation(pod, "duration", 1.0) / (len(lines) + 1)
+        start = loop.time() if started is None else started
+        due = self._due[key] = [
+            (start + self.clock.real(step * (i + 1)), line) for i, line in enumerate(lines)
+        ]
+        while due:
+            await asyncio.sleep(max(0.0, due[0][0] - loop.time()))
+            if not due or buffer.done:
+                return  # the container ended meanwhile and its end wrote what was due
+            buffer.append(due.pop(0)[1])
+        # Said all it says: the instance runs on, silent, until its end (a stage) stops this writer.
+        await loop.create_future()
 
     def restarted(self, uid: str, container: str) -> None:
         """A new instance of the container starts: the old output becomes ``previous``."""
         key = (uid, container)
+        self._due.pop(key, None)
         if key in self.logs:
             self.previous_logs[key] = self.logs.pop(key)
 
     def kill(self, uid: str, container: str) -> bool:
-        """Stop a sidecar-style container (what the xcom ``kill -2`` does)."""
+        """Stop a sidecar-style container (what the xcom ``kill -2`` does); its stage ends it."""
         event = self.kill_events.get((uid, container))
         if event is None:
             return False
         event.set()
+        if self.on_kill is not None:
+            self.on_kill(uid, container)
         return True
 
     def end_logs(self, uid: str, containers: Iterable[str] | None = None) -> None:
         """The containers produce no more output: their follow streams end."""
         for key, buffer in self.logs.items():
             if key[0] == uid and (containers is None or key[1] in containers) and not buffer.done:
+                due = self._due.pop(key, [])
+                if due:
+                    now = asyncio.get_running_loop().time()
+                    for at, line in due:
+                        if at <= now:
+                            buffer.append(line)
+                    due.clear()  # the writer, if it still runs, has nothing left
                 buffer.finish()
 
     def forget(self, uid: str) -> None:
         for key in [k for k in self.logs if k[0] == uid]:
             self.logs.pop(key).finish()
-        for table in (self.previous_logs, self.kill_events):
+        for table in (self.previous_logs, self.kill_events, self._due):
             for key in [k for k in table if k[0] == uid]:
                 table.pop(key)
 

@@ -1,228 +1,262 @@
-"""The pod lifecycle as data (after kwok's Stage API): stages read from ``pod-stages.yaml``.
+"""kwok Stages, played as kwok plays them: ``pod-stages.yaml`` is the one pod lifecycle of both grounds.
 
-A stage has a ``selector`` (expressions over the pod's fields), a ``delay`` (seconds, optionally read from
-an annotation or a field, with an optional backoff) and a ``next``: a status patch (conditions by type,
-container statuses by name), events, and what happens to the containers (``start``, ``stop``) or the pod
-(``delete``). Strings in ``next`` are templates: ``{now}``, ``{node.ip}``, ``{pod.ip}``, ``{pod.uid8}``,
-``{containers}``, ``{annotation.KEY}``, and per container ``{container.name}``, ``{container.image}``,
-``{container.startedAt}``, ``{container.containerID}``.
+A stage's ``selector.matchExpressions`` keys and ``delay.durationFrom`` expressions are jq, evaluated with
+the ``jq`` binding under kwok's rules (an expression that fails yields nothing; ``null`` results are dropped;
+``In`` compares strings, booleans and integers as strings). Its ``steps`` are kwok's: an ``event``, a
+``patch`` (a Go template rendered by :mod:`gotemplate`, parsed as YAML, put under ``root`` and applied as a
+merge or strategic-merge patch) or ``delete``. What the template calls that only a kubelet knows (the
+node's and the pod's IPs) comes from the player, as kwok's own functions do.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
+import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+import jq
+import yaml
 
-from airflow_provider_fedsched.federation.documents import parse_yaml, read_text_file
-from airflow_provider_fedsched.sim.apiserver.objects import set_condition
+from airflow_provider_fedsched.federation.documents import read_text_file
 from airflow_provider_fedsched.sim.apiserver.patch import strategic_merge
 from airflow_provider_fedsched.sim.apiserver.store import Obj
-from airflow_provider_fedsched.sim.controllers.runtime import PREFIX, float_annotation
+from airflow_provider_fedsched.sim.controllers import gotemplate
+from airflow_provider_fedsched.sim.util import now_iso
 
 STAGES_FILE = Path(__file__).with_name("pod-stages.yaml")
-_TOKEN = re.compile(r"\[(\*|\d+|\"[^\"]*\")\]|\.([A-Za-z0-9_-]+)")
-_VAR = re.compile(r"\{([A-Za-z0-9_.\-/]+)\}")
+OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist"}
+STEP_KINDS = {"event", "patch", "delete"}
+_GO_DURATION = re.compile(r"([-+]?)((?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))+")
+_GO_UNIT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class StageError(ValueError):
+    pass
 
 
-class Expression(_Model):
-    key: str
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[Any] = Field(default_factory=list)
-
-
-class Backoff(_Model):
-    factor: float = Field(2.0, ge=1)
-    max: float = Field(300.0, ge=0)
-
-
-class Delay(_Model):
-    seconds: float = Field(0.0, ge=0)
-    fromAnnotation: str | None = None
-    fromField: str | None = None
-    backoff: Backoff | None = None
-
-
-class Event(_Model):
-    type: Literal["Normal", "Warning"] = "Normal"
-    reason: str
-    message: str
-    forEach: Literal["container"] | None = None
-    where: list[Expression] = Field(default_factory=list)
-
-
-class Next(_Model):
-    status: dict[str, Any] = Field(default_factory=dict)
-    events: list[Event] = Field(default_factory=list)
-    containers: Literal["start", "stop"] | None = None
-    delete: bool = False
-
-
-class Stage(_Model):
-    name: str
-    selector: list[Expression] = Field(default_factory=list)
-    delay: Delay = Field(default_factory=Delay)
-    next: Next
-
-
-class StageFile(_Model):
-    stages: list[Stage]
-
-
-def load_stages(path: Path = STAGES_FILE) -> list[Stage]:
-    return StageFile.model_validate(parse_yaml(read_text_file(path, "stage file"), str(path))).stages
-
-
-# -- selectors -------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=256)
-def _tokens(key: str) -> tuple[tuple[str, str], ...]:
-    return tuple(_TOKEN.findall(key))
+def _program(expression: str) -> Any:
+    try:
+        return jq.compile(expression)
+    except ValueError as exc:
+        raise StageError(f"jq expression {expression!r}: {exc}") from None
 
 
-def values_at(obj: Any, key: str) -> list[Any]:
-    """Every value at a path like ``.status.containerStatuses[*].state.waiting.reason``."""
-    current = [obj]
-    for index, attr in _tokens(key):
-        step: list[Any] = []
-        for item in current:
-            if attr:
-                if isinstance(item, dict) and attr in item:
-                    step.append(item[attr])
-            elif index == "*":
-                if isinstance(item, list):
-                    step.extend(item)
-            elif index.startswith('"'):
-                if isinstance(item, dict) and index[1:-1] in item:
-                    step.append(item[index[1:-1]])
-            elif isinstance(item, list) and int(index) < len(item):
-                step.append(item[int(index)])
-        current = step
-    return [v for v in current if v is not None]
+def jq_values(expression: str, document: str) -> list[Any] | None:
+    """What a jq expression yields for a JSON document, as kwok reads it: ``None`` when it fails."""
+    try:
+        return [v for v in _program(expression).input_text(document).all() if v is not None]
+    except ValueError:
+        return None
 
 
-def matches(obj: Any, expressions: list[Expression]) -> bool:
-    for expr in expressions:
-        found = values_at(obj, expr.key)
-        if expr.operator == "Exists" and not found:
-            return False
-        if expr.operator == "DoesNotExist" and found:
-            return False
-        if expr.operator == "In" and not any(v in expr.values for v in found):
-            return False
-        if expr.operator == "NotIn" and any(v in expr.values for v in found):
-            return False
-    return True
+def _has_value(found: list[Any], values: list[str]) -> bool:
+    for value in found:
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int):
+            value = str(value)
+        if isinstance(value, str) and value in values:
+            return True
+    return False
 
 
-def first_match(stages: list[Stage], pod: Obj) -> Stage | None:
-    return next((s for s in stages if matches(pod, s.selector)), None)
+@dataclass(frozen=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, document: str) -> bool:
+        found = jq_values(self.key, document)
+        if found is None:
+            return self.operator in ("NotIn", "DoesNotExist")
+        if self.operator == "In":
+            return _has_value(found, list(self.values))
+        if self.operator == "NotIn":
+            return not _has_value(found, list(self.values))
+        exists = bool(found)
+        return exists if self.operator == "Exists" else not exists
 
 
-def delay_of(stage: Stage, pod: Obj, repeats: int) -> float:
-    delay = stage.delay
-    seconds = delay.seconds
-    if delay.fromAnnotation:
-        seconds = float_annotation(pod, delay.fromAnnotation.removeprefix(PREFIX), seconds)
-    if delay.fromField:
-        found = values_at(pod, delay.fromField)
-        if found and isinstance(found[0], int | float) and not isinstance(found[0], bool):
-            seconds = float(found[0])
-    if delay.backoff is not None:
-        seconds = min(seconds * delay.backoff.factor**repeats, delay.backoff.max)
-    return max(0.0, seconds)
+def go_duration(text: str) -> float | None:
+    """Seconds of a Go duration (``1.5s``, ``300ms``, ``1m30s``); ``None`` if it is not one."""
+    if text == "0":
+        return 0.0
+    if not _GO_DURATION.fullmatch(text):
+        return None
+    seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _GO_UNIT.findall(text))
+    return -seconds if text.startswith("-") else seconds
 
 
-# -- templates -------------------------------------------------------------------------------------------
-def render(value: Any, lookup: Callable[[str], str | None]) -> Any:
-    """Fill ``{var}`` in every string of a YAML value; unknown variables stay as written."""
-    if isinstance(value, str):
-        return _VAR.sub(lambda m: lookup(m.group(1)) or m.group(0), value)
-    if isinstance(value, list):
-        return [render(v, lookup) for v in value]
-    if isinstance(value, dict):
-        return {k: render(v, lookup) for k, v in value.items()}
-    return value
+def _rfc3339(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
-def container_vars(pod: Obj, name: str) -> dict[str, str]:
-    spec: Obj = next((c for c in pod["spec"].get("containers") or [] if c.get("name") == name), {})
-    status: Obj = next(
-        (c for c in (pod.get("status") or {}).get("containerStatuses") or [] if c.get("name") == name), {}
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    kind: str
+    requirements: tuple[Requirement, ...]
+    steps: tuple[Mapping[str, Any], ...]
+    delay_milliseconds: int | None = None
+    delay_from: str | None = None
+    """A jq expression yielding a Go duration or an RFC 3339 time; when it yields neither, the
+    milliseconds."""
+
+    def matches(self, document: str) -> bool:
+        return all(r.matches(document) for r in self.requirements)
+
+    def delay(self, document: str, now: datetime | None = None) -> float:
+        """Seconds to wait before the stage is played (kwok's ``delay``; jitter is not modelled)."""
+        default = (self.delay_milliseconds or 0) / 1000
+        if self.delay_from is None:
+            return default
+        found = jq_values(self.delay_from, document)
+        if not found or not isinstance(found[0], str):
+            return default
+        if found[0] == "":
+            return 0.0
+        seconds = go_duration(found[0])
+        if seconds is not None:
+            return seconds
+        when = _rfc3339(found[0])
+        if when is not None:
+            return (when - (now or datetime.now(UTC))).total_seconds()
+        return default
+
+
+def compile_stage(obj: Mapping[str, Any]) -> Stage:
+    """One kwok Stage object, checked for what this player knows."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    spec = obj.get("spec") or {}
+    if obj.get("kind") != "Stage" or not name:
+        raise StageError(f"not a named kwok Stage: {obj.get('kind')!r} {name!r}")
+    selector = spec.get("selector") or {}
+    if set(selector) - {"matchExpressions"}:
+        raise StageError(f"{name}: only selector.matchExpressions is played")
+    requirements = []
+    for expr in selector.get("matchExpressions") or []:
+        if expr.get("operator") not in OPERATORS or not isinstance(expr.get("key"), str):
+            raise StageError(f"{name}: unknown match expression {expr!r}")
+        _program(expr["key"])
+        requirements.append(Requirement(expr["key"], expr["operator"], tuple(expr.get("values") or ())))
+    steps = tuple(spec.get("steps") or ())
+    for step in steps:
+        if len(step) != 1 or next(iter(step)) not in STEP_KINDS:
+            raise StageError(f"{name}: a step is one of {sorted(STEP_KINDS)}, not {sorted(step)}")
+        patch = step.get("patch")
+        if patch is not None and patch.get("type", "merge") not in ("merge", "strategic"):
+            raise StageError(f"{name}: patch type {patch.get('type')!r} is not played")
+    delay = spec.get("delay") or {}
+    if set(delay) - {"durationMilliseconds", "durationFrom", "jitterDurationMilliseconds"}:
+        raise StageError(f"{name}: unknown delay fields {sorted(delay)}")
+    delay_from = ((delay.get("durationFrom") or {}).get("jq") or {}).get("expression")
+    if delay_from is not None:
+        _program(delay_from)
+    return Stage(
+        name=name,
+        kind=str((spec.get("resourceRef") or {}).get("kind") or ""),
+        requirements=tuple(requirements),
+        steps=steps,
+        delay_milliseconds=delay.get("durationMilliseconds"),
+        delay_from=delay_from,
     )
-    running = (status.get("state") or {}).get("running") or {}
-    return {
-        "container.name": name,
-        "container.image": str(spec.get("image", "")),
-        "container.startedAt": str(running.get("startedAt") or ""),
-        "container.containerID": str(status.get("containerID") or ""),
-    }
 
 
-def _scoped(lookup: Callable[[str], str | None], names: dict[str, str]) -> Callable[[str], str | None]:
-    """Per-container variables first, then the pod's."""
-    return lambda key: names.get(key) or lookup(key)
+def read_stage_objects(path: Path = STAGES_FILE) -> list[dict[str, Any]]:
+    """The kwok Stage objects of a multi-document YAML file, as written (the test bed applies them)."""
+    text = read_text_file(path, "stage file")
+    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def _container_statuses(pod: Obj) -> list[Obj]:
-    return list((pod.get("status") or {}).get("containerStatuses") or [])
+def load_stages(path: Path = STAGES_FILE, kind: str = "Pod") -> list[Stage]:
+    return [s for s in map(compile_stage, read_stage_objects(path)) if s.kind == kind]
 
 
-def _for_each(pod: Obj, where: list[Expression]) -> list[str]:
-    names = [c["name"] for c in pod["spec"].get("containers") or []]
-    if not where:
-        return names
-    statuses = {c.get("name"): c for c in _container_statuses(pod)}
-    return [n for n in names if matches(statuses.get(n, {"name": n}), where)]
+def document(obj: Obj) -> str:
+    """The object as the JSON text jq reads (once per look at the object)."""
+    return json.dumps(obj, separators=(",", ":"), default=str)
 
 
-def apply_status(pod: Obj, template: Mapping[str, Any], lookup: Callable[[str], str | None]) -> None:
-    """Write a stage's status template into ``pod`` (conditions via set_condition, the rest merged)."""
-    status = copy.deepcopy(dict(template))
-    conditions = status.pop("conditions", [])
-    statuses = status.pop("containerStatuses", None)
-    if status:
-        pod["status"] = strategic_merge(pod.get("status") or {}, render(status, lookup))
-    for cond in conditions:
-        filled = render(cond, lookup)
-        set_condition(pod, filled["type"], filled["status"], filled.get("reason"), filled.get("message"))
-    if statuses is not None:
-        patch: list[Obj] = []
-        for entry in statuses:
-            entry = dict(entry)
-            if entry.pop("forEach", None) == "container":
-                where = [Expression.model_validate(e) for e in entry.pop("where", [])]
-                for name in _for_each(pod, where):
-                    patch.append(render(entry, _scoped(lookup, container_vars(pod, name))))
-            else:
-                patch.append(render(entry, lookup))
-        merged = strategic_merge(pod.get("status") or {}, {"containerStatuses": patch})
-        pod["status"] = merged
+def matching(stages: list[Stage], obj: Obj) -> list[Stage]:
+    text = document(obj)
+    return [s for s in stages if s.matches(text)]
 
 
-def events_of(stage: Stage, pod: Obj, lookup: Callable[[str], str | None]) -> list[tuple[str, str, str]]:
-    """(type, reason, message) of every event the stage records, in order."""
-    out: list[tuple[str, str, str]] = []
-    for event in stage.next.events:
-        if event.forEach == "container":
-            for name in _for_each(pod, event.where):
-                scoped = _scoped(lookup, container_vars(pod, name))
-                out.append((event.type, event.reason, render(event.message, scoped)))
+# -- templates: kwok's functions, Sprig's the stages use, and the player's own -------------------------
+def _quote(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if text.startswith('"') else json.dumps(text)
+
+
+def _default(fallback: Any, given: Any = None) -> Any:
+    return given if gotemplate.truth(given) else fallback
+
+
+def _dict(*pairs: Any) -> dict[str, Any]:
+    return {str(pairs[i]): pairs[i + 1] if i + 1 < len(pairs) else "" for i in range(0, len(pairs), 2)}
+
+
+def _set(target: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    target[key] = value
+    return target
+
+
+def _to_string(value: Any) -> str:
+    return "" if value is None else gotemplate.text_of(value)
+
+
+TEMPLATE_FUNCS: dict[str, gotemplate.Func] = {
+    "Now": now_iso,
+    "Quote": _quote,
+    "default": _default,
+    "dict": _dict,
+    "set": _set,
+    "add1": lambda n: int(n or 0) + 1,
+    "toString": _to_string,
+    "toJson": lambda v: json.dumps(v, separators=(",", ":"), default=str),
+    "list": lambda *items: list(items),
+    "has": lambda item, items: item in (items or []),
+}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: maps merge, ``null`` removes, everything else (lists too) replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
         else:
-            out.append((event.type, event.reason, render(event.message, lookup)))
+            out[key] = merge_patch(out.get(key), value)
     return out
 
 
-def annotation_var(pod: Obj, key: str) -> str | None:
-    if not key.startswith("annotation."):
-        return None
-    value = (pod["metadata"].get("annotations") or {}).get(PREFIX + key.removeprefix("annotation."))
-    return None if value is None else str(value)
+def render_patch(patch: Mapping[str, Any], obj: Obj, funcs: Mapping[str, gotemplate.Func]) -> Obj:
+    """The patch a ``patch`` step makes of ``obj``, under its ``root`` (kwok's ``computeMergePatch``)."""
+    text = gotemplate.render(str(patch.get("template", "")).strip(), obj, {**TEMPLATE_FUNCS, **funcs})
+    try:
+        body = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise StageError(f"a stage template rendered invalid YAML: {exc}\n{text}") from None
+    if not isinstance(body, dict):
+        raise StageError(f"a stage template rendered {type(body).__name__}, not a map:\n{text}")
+    root = patch.get("root")
+    return {str(root): body} if root else body
+
+
+def apply_patch(obj: Obj, patch: Mapping[str, Any], rendered: Obj) -> Obj:
+    strategic = patch.get("type", "merge") == "strategic"
+    result: Obj = strategic_merge(obj, rendered) if strategic else merge_patch(obj, rendered)
+    return result
