@@ -62,7 +62,7 @@ def remove_home() -> None:
 def parsing_for(dag_id: str | None) -> Iterator[None]:
     """Parse DAG files for ``dag_id`` alone, as a task's process does (Airflow's parsing context): the test
     DAG files then register that DAG only, and ``dag.test`` writes that one to the database, not all of
-    them (tests/operators/dags/federated_dags.py, ``registered``). ``None``: every DAG."""
+    them (tests/operators/dags/federated_dags.py, ``dag_named``). ``None``: every DAG."""
     from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
 
     if dag_id is None:

@@ -4,12 +4,11 @@ with the ``assets`` patterns ``tests/operators/test_assets.py`` adds to its spec
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
-from airflow.sdk import DAG, Asset
+from airflow.sdk import Asset
 
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
-from tests.operators.dags.federated_dags import federated_dag, pod_args, registered, sim
+from tests.operators.dags.federated_dags import dag_named, federated_dag, pod_args, sim
 
 CUSTOMERS = Asset(uri="s3://eu-lake/customers/2026.parquet", name="customers-2026")
 """eu-customers by the spec's glob: eu-west-1 only."""
@@ -41,13 +40,7 @@ federated_dag(
 def lineage_dag(dag_id: str, features: Asset, *, write: bool) -> None:
     """``write`` (pinned to west-general) writes ``features``; ``read`` reads it, placed where it was
     written. Without ``write``, ``read`` has no event to follow."""
-    with DAG(
-        dag_id,
-        start_date=datetime(2026, 1, 1),
-        schedule=None,
-        auto_register=registered(dag_id),
-        catchup=False,
-    ):
+    with dag_named(dag_id):
         read = FederatedKubernetesOperator(task_id="read", inlets=[features], **pod_args())
         if write:
             (
@@ -75,13 +68,7 @@ def acceptance_dag() -> None:
     """``write`` writes a sovereign Asset (eu-customers: eu-west-1 only); ``read`` reads it, tempted
     towards China; ``read_steered`` may only run on west-general or east-cpu and prefers east-cpu. Both
     follow the data to west-general: never outside its region."""
-    with DAG(
-        "fed_asset_acceptance",
-        start_date=datetime(2026, 1, 1),
-        schedule=None,
-        auto_register=registered("fed_asset_acceptance"),
-        catchup=False,
-    ):
+    with dag_named("fed_asset_acceptance"):
         write = FederatedKubernetesOperator(task_id="write", outlets=[EU_SCORES], **pod_args())
         read = FederatedKubernetesOperator(
             task_id="read", inlets=[EU_SCORES], **pod_args(prefer_region="cn-east-1")
@@ -105,13 +92,7 @@ def derived_dag(dag_id: str, *, deferrable: bool) -> None:
     """``derive`` reads EU customers and writes a report no spec entry names, reporting its size from the
     pod; ``read`` reads the report, tempted towards China: the report inherits its input's rule (eu-west-1)
     and its reported size pulls locality to where it was written."""
-    with DAG(
-        dag_id,
-        start_date=datetime(2026, 1, 1),
-        schedule=None,
-        auto_register=registered(dag_id),
-        catchup=False,
-    ):
+    with dag_named(dag_id):
         (
             FederatedKubernetesOperator(
                 task_id="derive",

@@ -16,15 +16,20 @@ from kubernetes.client import models as k8s
 from airflow_provider_fedsched.operators.federated_pod import FederatedKubernetesOperator
 
 
-# When Airflow parses these files for one DAG (a task's process, or the tests' harness around
-# ``dag.test``) the others are built but not registered, as Airflow's docs advise for a file of many DAGs:
-# each ``dag.test`` writes every DAG its parse found to the metadata database again, 0.4 s of CPU for the
-# 178 DAGs of these files. The DAG processor names none and gets them all.
-def registered(dag_id: str) -> bool:
-    """Whether this parse registers ``dag_id`` (pass it as the DAG's ``auto_register``). Read at each
-    call: the other DAG files import this module once, and the parse they serve changes."""
-    only = get_parsing_context().dag_id
-    return only is None or dag_id == only
+def dag_named(dag_id: str) -> DAG:
+    """A test DAG (no schedule, started 2026-01-01), registered only when this parse is for it or for
+    every DAG. Airflow parses these files for one DAG in a task's process and in the tests' harness
+    around ``dag.test`` (``airflow_harness.parsing_for``): the others are built but not registered, as
+    Airflow's docs advise for a file of many DAGs, so ``dag.test`` does not write all 178 test DAGs to the
+    database again on each run. The DAG processor names none and gets them all."""
+    only = get_parsing_context().dag_id  # read at each call: other DAG files import this module once
+    return DAG(
+        dag_id,
+        start_date=datetime(2026, 1, 1),
+        schedule=None,
+        catchup=False,
+        auto_register=only is None or dag_id == only,
+    )
 
 
 GPU_TOLERATION = [k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
@@ -62,13 +67,7 @@ def federated_dag(
     operator: type[FederatedKubernetesOperator] = FederatedKubernetesOperator,
     **operator_args: Any,
 ) -> DAG:
-    with DAG(
-        dag_id,
-        start_date=datetime(2026, 1, 1),
-        schedule=None,
-        auto_register=registered(dag_id),
-        catchup=False,
-    ) as dag:
+    with dag_named(dag_id) as dag:
         operator(task_id="work", **pod_args(get_logs=True, **operator_args))
     return dag
 
@@ -326,13 +325,7 @@ federated_dag(
 
 
 # Tries 1 and 2 find the cluster silent; try 3 must wait for it too and adopt the pod (test_contract.py).
-with DAG(
-    "fed_outage_lost_twice",
-    start_date=datetime(2026, 1, 1),
-    schedule=None,
-    auto_register=registered("fed_outage_lost_twice"),
-    catchup=False,
-):
+with dag_named("fed_outage_lost_twice"):
     _LooksForEarlierOperator(
         task_id="work",
         image="busybox:1.36",
@@ -359,13 +352,7 @@ for _dag_id, _seconds in (("fed_deferred_ended", 30), ("fed_deferred_done", 1)):
 
 def trigger_dag(dag_id: str, operator: type[FederatedKubernetesOperator], **operator_args: Any) -> DAG:
     """A deferrable task on east-cpu or west-general whose operator defers to a test trigger."""
-    with DAG(
-        dag_id,
-        start_date=datetime(2026, 1, 1),
-        schedule=None,
-        auto_register=registered(dag_id),
-        catchup=False,
-    ) as dag:
+    with dag_named(dag_id) as dag:
         operator(
             task_id="work",
             image="busybox:1.36",
@@ -494,12 +481,7 @@ class _LaunchesOnceItsFirstClusterAnswersOperator(FederatedKubernetesOperator):
         return super()._left_pod_succeeded(context)
 
 
-with DAG(
-    "fed_first_cluster_back_before_the_copy",
-    start_date=datetime(2026, 1, 1),
-    schedule=None,
-    auto_register=registered("fed_first_cluster_back_before_the_copy"),
-):
+with dag_named("fed_first_cluster_back_before_the_copy"):
     _LaunchesOnceItsFirstClusterAnswersOperator(
         task_id="work",
         image="busybox:1.36",
@@ -552,13 +534,7 @@ for dag_id, operator in (
     ("fed_ended_before_first_read", _LateFirstReadOperator),
     ("fed_ended_before_a_late_first_read", _StartedLateOperator),
 ):
-    with DAG(
-        dag_id,
-        start_date=datetime(2026, 1, 1),
-        schedule=None,
-        auto_register=registered(dag_id),
-        catchup=False,
-    ):
+    with dag_named(dag_id):
         operator(
             task_id="work",
             image="busybox:1.36",
@@ -635,13 +611,7 @@ class _AirflowFailsAsPodEndsOperator(_AirflowFailsWhilePodRunsOperator):
         return super()._make_sure_gone(attempt)
 
 
-with DAG(
-    "fed_airflow_fails_as_pod_ends",
-    start_date=datetime(2026, 1, 1),
-    schedule=None,
-    auto_register=registered("fed_airflow_fails_as_pod_ends"),
-    catchup=False,
-):
+with dag_named("fed_airflow_fails_as_pod_ends"):
     _AirflowFailsAsPodEndsOperator(
         task_id="work",
         retries=1,
@@ -651,13 +621,7 @@ with DAG(
 
 # Its pod runs to Succeeded while Airflow's API fails the try (test_federated_operator.py); one retry, which
 # must not run the work again.
-with DAG(
-    "fed_airflow_fails_while_pod_runs",
-    start_date=datetime(2026, 1, 1),
-    schedule=None,
-    auto_register=registered("fed_airflow_fails_while_pod_runs"),
-    catchup=False,
-):
+with dag_named("fed_airflow_fails_while_pod_runs"):
     _AirflowFailsWhilePodRunsOperator(
         task_id="work",
         retries=1,

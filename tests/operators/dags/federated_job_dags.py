@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG
 from kubernetes.client import models as k8s
 
 from airflow_provider_fedsched.operators.federated_job import FederatedKubernetesJobOperator
-from tests.operators.dags.federated_dags import registered
+from tests.operators.dags.federated_dags import dag_named
 
 
 class _LooksForEarlierJobOperator(FederatedKubernetesJobOperator):
@@ -33,13 +33,7 @@ def gang_dag(
     if logs:
         annotations["sim.fedsched.io/logs"] = json.dumps(logs)
     args: dict[str, Any] = {"parallelism": 3, "completions": 3, "retries": 0, **operator_args}
-    with DAG(
-        dag_id,
-        start_date=datetime(2026, 1, 1),
-        schedule=None,
-        auto_register=registered(dag_id),
-        catchup=False,
-    ) as dag:
+    with dag_named(dag_id) as dag:
         operator(
             task_id="work",
             name="gang",
@@ -132,13 +126,7 @@ def divided_dag(
     **operator_args: Any,
 ) -> DAG:
     args: dict[str, Any] = {"completions": 40, "parallelism": 40, "retries": 0, **operator_args}
-    with DAG(
-        dag_id,
-        start_date=datetime(2026, 1, 1),
-        schedule=None,
-        auto_register=registered(dag_id),
-        catchup=False,
-    ) as dag:
+    with dag_named(dag_id) as dag:
         operator(
             task_id="work",
             name="shards",
