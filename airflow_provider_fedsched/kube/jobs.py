@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kubernetes.client import BatchV1Api, CoreV1Api
@@ -90,6 +91,22 @@ class GangView:
             for pod in self.live_pods()
             if scheduled(pod) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         )
+
+    @property
+    def started_at(self) -> datetime | None:
+        """When the first of its containers started running (a running or terminated container's
+        ``startedAt``), else None: the running time of a gang that ended between two reads."""
+        starts = [
+            datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+            for pod in self.pods
+            for status in (pod.get("status") or {}).get("containerStatuses") or []
+            for state in (
+                (status.get("state") or {}).get("running"),
+                (status.get("state") or {}).get("terminated"),
+            )
+            if state and (started := state.get("startedAt"))
+        ]
+        return min(starts, default=None)
 
     def live_pods(self) -> list[dict[str, Any]]:
         return [pod for pod in self.pods if not (pod.get("metadata") or {}).get("deletionTimestamp")]

@@ -417,6 +417,10 @@ class DividedRun:
                 raise Judged(failures.disappeared(f"job {attempt.pod}"))
             piece.done |= succeeded_indices(view, piece.indices)
             if view.complete:
+                if attempt.running_at is None:
+                    # Ended between two reads: it ran from its first container's start (the launch, when
+                    # its pods are gone; a cost never undercounted).
+                    attempt.running_at = view.started_at or attempt.started_at
                 self._slice_done(piece)
                 return
             failed = view.failed

@@ -339,6 +339,10 @@ class FederatedKubernetesJobOperator(FederatedKubernetesOperator, KubernetesJobO
         if found is not None:
             raise Judged(found)
         if view.complete:
+            if attempt.running_at is None:
+                # Ended between two reads: it ran from its first container's start (the launch, when its
+                # pods are gone; a cost never undercounted).
+                attempt.running_at = view.started_at or attempt.started_at
             return True
         failed = view.failed
         if failed is not None:

@@ -43,3 +43,29 @@ def test_a_job_is_complete_by_its_condition_or_by_enough_succeeded_pods(
     view: GangView, complete: bool
 ) -> None:
     assert view.complete is complete
+
+
+def started(*stamps: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "gang-x"},
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [{"name": "base", "state": {state: {"startedAt": at}}} for state, at in stamps],
+        },
+    }
+
+
+def test_a_gang_that_ended_between_two_reads_ran_from_its_first_container_start() -> None:
+    # The running time, and so the cost, of a Job that was never seen running (divided slices, gangs).
+    view = GangView(
+        job(conditions=("Complete",)),
+        [
+            started(("terminated", "2026-12-06T07:31:00Z")),
+            started(("running", "2026-12-06T07:30:58Z"), ("waiting", "2026-12-06T07:30:00Z")),
+            {"metadata": {"name": "gang-pending"}, "status": {"phase": "Pending"}},
+        ],
+    )
+    assert view.started_at is not None
+    assert view.started_at.isoformat() == "2026-12-06T07:30:58+00:00"
+    assert GangView(job(), pods("Pending")).started_at is None
+    assert GangView(None).started_at is None
