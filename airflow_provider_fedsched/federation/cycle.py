@@ -62,6 +62,8 @@ __all__ = [
     "StateView",
     "answered_since",
     "budget_periods",
+    "concurrent_holds",
+    "counted_holds",
     "in_flight_of",
     "permit_checks",
     "snapshot_usage",
@@ -149,6 +151,11 @@ class Pending:
     cluster: str
     tenant: str | None
     requests: ResourceList
+    write: str = ""
+    """A token of this hold's latest write: a hold written after it, which saw it, lists it in ``after``."""
+    after: frozenset[str] = frozenset()
+    """The ``write`` tokens of the holds visible just before this one was written (a hold without them,
+    written by an earlier release or a what-if, saw nothing and so counts every other hold)."""
 
 
 # The cycle -----------------------------------------------------------------------------------------------
@@ -343,21 +350,24 @@ def tenant_permit(
     spent: Mapping[str, float] | None = None,
     egress_gb: Mapping[str, float] | None = None,
 ) -> str | None:
-    """After holding ``placement_id`` on ``cluster``, with every hold now visible (``holds``, oldest
-    first, by time then placement id, this one among them): None when, counting every reservation held
-    before it, the tenant stays within its quota and the request still leaves a more under-served
-    tenant's waiting tasks their room there; else the reason (the cycle releases the hold and waits)."""
+    """After holding ``placement_id`` on ``cluster``, with every hold now visible (``holds``, this one
+    among them): None when, counting every hold it must count (:func:`counted_holds`), the tenant stays
+    within its quota and the request still leaves a more under-served tenant's waiting tasks their room
+    there; else the reason (the cycle releases the hold and waits)."""
     check_quota, check_share = permit_checks(spec, request, cluster, waiting)
     if not (check_quota or check_share):
         return None
+    counted = counted_holds(holds, cluster, placement_id)
+    if counted is None:
+        return None  # our hold is not visible: seen in a snapshot and released, nothing to judge against
     tenant = spec.tenant(str(request.tenant))
-    _, _, pending = in_flight_of(holds)
+    _, _, pending = in_flight_of(counted)
     if check_quota:
-        over = _over_quota(tenant, pending, snapshots, placement_id)
+        over = _over_quota(tenant, pending, snapshots)
         if over is not None:
             return over
     if check_share:
-        earlier = _held_before(holds, cluster, placement_id)
+        earlier = [hold for hold in counted if hold.cluster == cluster and hold.placement_id != placement_id]
         # Shares as the decision judged them (without this placement's own hold), next to the holds of
         # the others: counting its own hold, a tenant level with a waiting one would fall behind it and
         # be refused by the very placement its decision allowed, at every try.
@@ -367,33 +377,40 @@ def tenant_permit(
     return None
 
 
-def _held_before(holds: Iterable[Pending], cluster: str, placement_id: str) -> list[Pending] | None:
-    """The holds on ``cluster`` ordered before ``placement_id`` (``holds`` oldest first); None when that
-    one is not among them."""
-    earlier: list[Pending] = []
-    for hold in holds:
-        if hold.cluster != cluster:
-            continue
-        if hold.placement_id == placement_id:
-            return earlier
-        earlier.append(hold)
-    return None
+def counted_holds(holds: Sequence[Pending], cluster: str, placement_id: str) -> list[Pending] | None:
+    """The holds the hold ``placement_id`` on ``cluster`` must count, itself included, in their order;
+    None when it is not among ``holds``.
+
+    Every hold but those written after it that saw it (its latest write is in their ``after``): each of
+    those counts it in turn. So of any set of holds kept at once, the one written last counted all the
+    others, whatever the clocks of the workers that wrote them and however late a write landed: the
+    ordering by time alone let a hold taken early but written late be counted by no one.
+    """
+    own = next((h for h in holds if h.placement_id == placement_id and h.cluster == cluster), None)
+    if own is None:
+        return None
+    return [hold for hold in holds if hold is own or not own.write or own.write not in hold.after]
+
+
+def concurrent_holds(holds: Sequence[Pending], own: Pending) -> list[Pending]:
+    """The holds ``own`` counts although it did not see them before its write: written at about the same
+    time (each of two such holds counts the other, and both may give up; a retry written later sees them)."""
+    return [
+        hold
+        for hold in holds
+        if hold is not own and hold.write not in own.after and (not own.write or own.write not in hold.after)
+    ]
 
 
 def _over_quota(
     tenant: TenantSpec,
     pending: Mapping[str, Sequence[tuple[datetime, str, ResourceList]]],
     snapshots: Mapping[str, ClusterSnapshot],
-    placement_id: str,
 ) -> str | None:
     quota = tenant.quota_units
     usage = snapshot_usage(snapshots).get(tenant.name, {})
-    for _, held_id, requests in pending.get(tenant.name, []):
+    for _, _, requests in pending.get(tenant.name, []):
         usage = add(usage, tenant_demand(requests))
-        if held_id == placement_id:
-            break
-    else:
-        return None  # our hold is not visible: nothing to compare against (it was seen and released)
     over = sorted(name for name, limit in quota.items() if usage.get(name, 0) > limit)
     if not over:
         return None
@@ -410,15 +427,15 @@ def _room_taken(
     request: TaskRequest,
     cluster: str,
     snapshot: ClusterSnapshot | None,
-    earlier: Sequence[Pending] | None,
+    earlier: Sequence[Pending],
     tenancy: TenantInputs | None,
 ) -> str | None:
-    """Fair share judged again with the holds other workers made on ``cluster`` before this one
+    """Fair share judged again with the holds of other placements on ``cluster`` this one counts
     (``earlier``). This tenant's own earlier holds are no reason the waiting tasks no longer fit (they may
     be the very placements that took their room at the same time); every earlier hold counts against the
     room left."""
-    if snapshot is None or earlier is None or tenancy is None:
-        return None  # our hold is not visible (seen and released), or nothing to judge against
+    if snapshot is None or tenancy is None:
+        return None  # nothing to judge against
     free = room = snapshot.index.total_free
     for hold in earlier:
         free = subtract(free, hold.requests)

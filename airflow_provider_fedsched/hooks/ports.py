@@ -50,8 +50,14 @@ class HookLedger:
     ) -> bool:
         if ledgers.hold(self.hook, cluster, request, placement_id, policy) is False:
             return False
+        now = now or datetime.now(UTC)
         self.hook.state.reservations.hold(
-            cluster, request.resources, now or datetime.now(UTC), placement_id, tenant=request.tenant
+            cluster,
+            request.resources,
+            now,
+            placement_id,
+            tenant=request.tenant,
+            after=tenancy.seen_before_hold(self.hook, request, cluster, now),
         )
         return True
 

@@ -2,16 +2,19 @@
 
 * Usage: each tenant's pods in the members' snapshots (``fedsched.io/tenant`` label, bound pods) plus its
   reservations not yet seen in a snapshot: the federation's own records, read the same by every worker.
-* Admission across workers: two workers deciding at the same instant both read the same usage. After
-  holding its reservation, a worker lets concurrent holds land (the backend's settle time), reads the
-  tenant's reservations back and keeps its own only if, counting every reservation held before it (by
-  time, then placement id), the tenant stays within its quota; otherwise it releases it and waits. So
-  concurrent placements over-admit only when a hold takes longer than the settle time to become visible.
+* Admission across workers: two workers deciding at the same instant both read the same usage. Each
+  hold names the holds its writer saw just before writing it. After holding its reservation, a worker
+  lets concurrent holds land (the backend's settle time), reads the reservations back and keeps its own
+  only if the tenant stays within its quota counting every hold but those written after it that saw it
+  (``federation/cycle.counted_holds``): of holds kept at once, the last written counted all the others,
+  however slow a write, so they never over-admit. Holds written at about the same time count each other;
+  a refused one is written again after a random pause, having seen them, before the placement waits.
 * Waiting tasks (fair share) and each attempt's charge (budgets, the cost report), in ``state/tenants.py``.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_fedsched.federation.cycle import (
     budget_periods,
+    concurrent_holds,
     permit_checks,
     tenant_inputs,
     tenant_permit,
@@ -88,12 +92,31 @@ def note_decision(
     )
 
 
+ADMISSION_ROUNDS = 3
+"""Reads back of one hold at most: a hold refused only because others were written at about the same
+time is written again (each round a little later, at random) before the placement gives up and waits."""
+
+
+def seen_before_hold(hook: HookParts, request: TaskRequest, cluster: str, now: datetime) -> list[str]:
+    """Right before a hold of ``request`` on ``cluster`` is written: the ``write`` tokens of the holds it
+    comes after (those its admission counts), of its tenant or on that cluster; none without tenants."""
+    if request.tenant is None or not hook.spec.tenants:
+        return []
+    return [
+        hold.write
+        for hold in hook.state.reservations.holds({}, now)
+        if hold.write and (hold.tenant == request.tenant or hold.cluster == cluster)
+    ]
+
+
 def admitted(
     hook: HookParts, request: TaskRequest, placement_id: str, cluster: str, now: datetime
 ) -> str | None:
     """After holding ``placement_id`` on ``cluster``: the placement cycle's permit
     (``federation/cycle.py``, :func:`tenant_permit`) over every hold read back from shared state once
-    concurrent holds of other workers had the backend's settle time to land."""
+    concurrent holds of other workers had the backend's settle time to land. Holds written at about the
+    same time count each other, so all of them may be refused: the hold is then written again after a
+    random pause, having seen them, up to :data:`ADMISSION_ROUNDS` reads."""
     if request.tenant is None or not hook.spec.tenants:
         return None
     waiting = hook.state.waiting.current(now)
@@ -101,23 +124,41 @@ def admitted(
     if not (check_quota or check_share):
         return None
     settle = hook.state.backend.consistency.settle_seconds
-    if settle:
-        time.sleep(settle)  # let holds made at the same instant by other workers land
-    snapshots = _stored(hook)
-    holds = hook.state.reservations.holds(snapshots, now)
     starts = budget_periods(hook.spec, now) if check_share else {}
     spent, moved = hook.state.spend.totals(starts, now) if starts else ({}, {})
-    return tenant_permit(
-        hook.spec,
-        request,
-        placement_id,
-        cluster,
-        snapshots,
-        holds,
-        waiting=waiting,
-        spent=spent,
-        egress_gb=moved,
-    )
+    for round_ in range(1, ADMISSION_ROUNDS + 1):
+        if settle:
+            time.sleep(settle)  # let holds made at the same instant by other workers land
+        snapshots = _stored(hook)
+        holds = hook.state.reservations.holds(snapshots, now)
+        refused = tenant_permit(
+            hook.spec,
+            request,
+            placement_id,
+            cluster,
+            snapshots,
+            holds,
+            waiting=waiting,
+            spent=spent,
+            egress_gb=moved,
+        )
+        own = next((h for h in holds if h.placement_id == placement_id and h.cluster == cluster), None)
+        if refused is None or own is None or round_ == ADMISSION_ROUNDS:
+            return refused
+        if not any(
+            hold.tenant == request.tenant or hold.cluster == cluster for hold in concurrent_holds(holds, own)
+        ):
+            return refused
+        time.sleep(random.uniform(1.0, 3.0) * max(settle, 0.01))
+        hook.state.reservations.hold(
+            cluster,
+            request.resources,
+            now,
+            placement_id,
+            tenant=request.tenant,
+            after=seen_before_hold(hook, request, cluster, now),
+        )
+    return None  # pragma: no cover - the last round returns
 
 
 RECLAIM_TIMEOUT = 5.0

@@ -245,13 +245,23 @@ class ReservationStore(Store):
         now: datetime,
         placement_id: str | None = None,
         tenant: str | None = None,
+        after: Iterable[str] = (),
     ) -> str:
         """Hold ``requests`` on ``cluster`` until a snapshot taken after ``now`` shows the pod bound
-        (counted against ``tenant`` meanwhile, when given)."""
+        (counted against ``tenant`` meanwhile, when given). ``after``: the ``write`` tokens of the holds
+        read just before (each write of a hold gets a new token: ``federation/cycle.counted_holds``)."""
         placement_id = placement_id or uuid.uuid4().hex
-        value: dict[str, Any] = {"requests": dict(requests), "at": _iso(now), "placement_id": placement_id}
+        value: dict[str, Any] = {
+            "requests": dict(requests),
+            "at": _iso(now),
+            "placement_id": placement_id,
+            "write": uuid.uuid4().hex[:16],
+        }
         if tenant is not None:
             value["tenant"] = tenant
+        seen = sorted(set(after))
+        if seen:
+            value["after"] = seen
         self.backend.set(self._key("reservation", cluster, placement_id), value)
         return placement_id
 
@@ -313,7 +323,15 @@ class ReservationStore(Store):
                 stored = read_stored(key, raw or None, _reservation)
                 hold = None
                 if stored is not None:
-                    hold = Pending(stored.at, placement_id, cluster, stored.tenant, dict(stored.requests))
+                    hold = Pending(
+                        stored.at,
+                        placement_id,
+                        cluster,
+                        stored.tenant,
+                        dict(stored.requests),
+                        stored.write,
+                        frozenset(stored.after),
+                    )
                 self._read[key] = (raw, hold)
             if hold is None:
                 continue

@@ -112,6 +112,8 @@ MAX_STORED_AMOUNT = 1e18
 a finite float (two charges of 1e308 would add up to infinity)."""
 Charged = Annotated[float, NOT_BOOL, Field(ge=0, le=MAX_STORED_AMOUNT, allow_inf_nan=False)]
 Text = Annotated[str, Field(max_length=253)]
+MAX_HOLDS_SEEN = 100_000
+"""The holds a stored reservation may name as seen before it (far more than ever pend at once)."""
 
 
 class StoredReservation(_Stored):
@@ -122,6 +124,10 @@ class StoredReservation(_Stored):
     placement_id: Text = ""
     tenant: Text | None = None
     """The tenant the reservation counts against meanwhile (tenant quota), when the task has one."""
+    write: Text = ""
+    """A token of this write (admission across workers, ``federation/cycle.counted_holds``)."""
+    after: list[Text] = Field(default_factory=list, max_length=MAX_HOLDS_SEEN)
+    """The ``write`` tokens of the holds its writer saw before writing it."""
 
     @field_validator("at", mode="before")
     @classmethod

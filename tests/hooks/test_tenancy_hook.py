@@ -161,6 +161,40 @@ def place_from_worker_processes(tmp_path: Path, spec: dict[str, Any], workers: i
     return [outcome for result in results for outcome in result]
 
 
+def test_a_hold_decided_first_but_written_last_counts_the_hold_kept_before_it_landed() -> None:
+    """Worker A decides first, but its hold lands after worker B has read the holds back and kept its own
+    (a loaded machine: six worker processes once admitted five where four could go). By time A's hold
+    comes first, yet B never saw it: A counts B's hold and gives up; B's stays admitted."""
+    now = datetime.now(UTC)
+    hook = hook_on(MemoryStateBackend(), now, {"team-a": {"cpu": 7000, "pods": 7}})  # 1 of 8 cpu left
+    a_saw = tenancy.seen_before_hold(hook, cpu("1"), "a", now)  # A reads the holds: none yet
+    assert hook.reserve("a", cpu("1"), "b-worker", now=now + timedelta(milliseconds=30))
+    assert tenancy.admitted(hook, cpu("1"), "b-worker", "a", datetime.now(UTC)) is None
+    hook.state.reservations.hold("a", {"cpu": 1000}, now, "a-worker", tenant="team-a", after=a_saw)
+    reason = tenancy.admitted(hook, cpu("1"), "a-worker", "a", datetime.now(UTC))
+    assert reason is not None and "quota of" in reason and "taken by placements of other workers" in reason
+    # A wrote its hold again having seen B's (the two looked concurrent): B need not count A's.
+    assert tenancy.admitted(hook, cpu("1"), "b-worker", "a", datetime.now(UTC)) is None
+
+
+def test_holds_written_at_the_same_time_count_each_other_and_a_later_write_orders_them() -> None:
+    """Neither of two holds saw the other before its write: each counts the other, whatever their times.
+    A hold that saw another before its write is counted by it no longer."""
+    from airflow_provider_fedsched.federation.cycle import Pending, concurrent_holds, counted_holds
+
+    now = datetime.now(UTC)
+    first = Pending(now, "p1", "a", "team-a", {"cpu": 1000}, "w1")
+    second = Pending(now - timedelta(seconds=1), "p2", "a", "team-a", {"cpu": 1000}, "w2")
+    holds = [second, first]
+    assert counted_holds(holds, "a", "p1") == holds and counted_holds(holds, "a", "p2") == holds
+    assert concurrent_holds(holds, first) == [second]
+    later = Pending(now, "p2", "a", "team-a", {"cpu": 1000}, "w3", frozenset({"w1"}))  # p2 written again
+    assert counted_holds([later, first], "a", "p1") == [first]
+    assert counted_holds([later, first], "a", "p2") == [later, first]
+    assert concurrent_holds([later, first], later) == []
+    assert counted_holds([first], "a", "p2") is None  # its own hold is not visible (seen and released)
+
+
 @pytest.mark.timeout(600)  # six Airflow worker processes start on a shared 2-core machine
 def test_quota_admission_from_many_worker_processes_does_not_over_admit(
     tmp_path: Path, airflow_db: None
