@@ -50,7 +50,9 @@ def started(*stamps: tuple[str, str]) -> dict[str, Any]:
         "metadata": {"name": "gang-x"},
         "status": {
             "phase": "Succeeded",
-            "containerStatuses": [{"name": "base", "state": {state: {"startedAt": at}}} for state, at in stamps],
+            "containerStatuses": [
+                {"name": "base", "state": {state: {"startedAt": at}}} for state, at in stamps
+            ],
         },
     }
 
