@@ -6,6 +6,8 @@ Run: ``.venv/bin/python benchmarks/bench_cli.py [--runs N]``
 Baselines: ``python -c pass`` (the interpreter alone) and ``airflow version`` (what importing Airflow
 costs). Measured, each the median of ``--runs`` fresh processes:
 
+- Airflow's plugins loaded, as every Airflow process that loads them does (a task's, the scheduler's),
+  against importing Airflow's plugin manager alone;
 - ``fedsched place`` from the example spec and snapshot file, as a table and as JSON;
 - ``fedsched snapshot`` of 4 simulated clusters (``fedsched sim up`` in its own process, on loopback),
   through the kubeconfig the simulator writes, and through Airflow connections (``AIRFLOW_CONN_*``
@@ -45,6 +47,12 @@ EXAMPLES = REPO / "example_dags"
 BIN = Path(sys.executable).parent
 CLUSTERS = 4
 GOALS = {"place": 1.0, "snapshot": 1.5}
+LOAD_PLUGINS = """
+from airflow import plugins_manager
+plugins_manager.ensure_plugins_loaded()
+assert "fedsched" in [plugin.name for plugin in plugins_manager._get_plugins()[0]]
+"""
+"""What each Airflow process that loads plugins (a task's, the scheduler's) does with ours."""
 
 
 def sim_config() -> dict[str, object]:
@@ -153,6 +161,16 @@ def main() -> int:
         rows: list[tuple[str, str, dict[str, tuple[float, float]]]] = [
             ("baseline", "`python -c pass`", measure([sys.executable, "-c", "pass"], envs, args.runs)),
             ("baseline", "`airflow version`", measure([str(BIN / "airflow"), "version"], envs, args.runs)),
+            (
+                "baseline",
+                "Airflow's plugin manager imported",
+                measure([sys.executable, "-c", "import airflow.plugins_manager"], envs, args.runs),
+            ),
+            (
+                "plugins",
+                "Airflow's plugins loaded, the Federation plugin among them (every Airflow process)",
+                measure([sys.executable, "-c", LOAD_PLUGINS], envs, args.runs),
+            ),
             ("place", "`fedsched place` (table)", measure(place, envs, args.runs)),
             ("place", "`fedsched place --json`", measure([*place, "--json"], envs, args.runs)),
         ]
