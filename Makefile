@@ -5,11 +5,11 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),.tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
-# `make test` runs pytest in WORKERS pytest-xdist workers (4 on the 2-core machine: most tests wait on
+# `make test` runs pytest in WORKERS pytest-xdist workers (6 on the 2-core machine: most tests wait on
 # simulated clusters and Airflow processes rather than compute; docs/development.md, "Parallel runs");
 # WORKERS=0 runs one test after another. `make test-fast` (no Airflow process) runs in FAST_WORKERS
 # workers, for the same reason.
-WORKERS ?= 4
+WORKERS ?= 6
 FAST_WORKERS ?= 4
 XDIST := -n $(WORKERS) --dist loadgroup
 # The checkout's bytecode (the package's, and pytest's rewritten test modules) is written to its ignored
@@ -44,8 +44,14 @@ typecheck: install
 pytest: install
 	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
-# pytest runs last so that its summary line ends the output.
-test: lint typecheck pytest
+# The type check runs beside pytest, on the core pytest's workers leave idle while they wait on simulated
+# clusters and Airflow processes; its output follows pytest's, and either failing fails the target.
+test: lint install
+	@$(VENV)/bin/mypy airflow_provider_fedsched > $(VENV)/typecheck.log 2>&1 & typecheck=$$!; \
+	$(MAKE) --no-print-directory pytest; tests=$$?; \
+	wait $$typecheck; typed=$$?; \
+	echo "$(VENV)/bin/mypy airflow_provider_fedsched (beside pytest):"; cat $(VENV)/typecheck.log; \
+	test $$tests -eq 0 -a $$typed -eq 0
 
 # The inner loop: unit, property and simulator tests, no lint; PYTEST_ARGS narrows it further.
 test-fast: install
