@@ -18,7 +18,13 @@ from airflow_provider_fedsched.kube.failures import (
     scheduled,
     unschedulable_message,
 )
-from airflow_provider_fedsched.kube.pods import CONFIRM_INTERVAL, STOP_GRACE_SECONDS, as_dict, is_gone
+from airflow_provider_fedsched.kube.pods import (
+    CONFIRM_INTERVAL,
+    STOP_GRACE_SECONDS,
+    as_dict,
+    is_gone,
+    read_document,
+)
 
 __all__ = ["JOB_NAME_LABEL", "GangView", "JobManager", "Removal", "ajobs_complete", "aremove_jobs"]
 
@@ -128,7 +134,7 @@ class JobManager:
 
     def read(self, namespace: str, name: str) -> GangView:
         try:
-            job = as_dict(self._batch.read_namespaced_job(name, namespace))
+            job = read_document(self._batch.read_namespaced_job, name, namespace)
         except Exception as exc:
             if not is_gone(exc):
                 raise
@@ -136,13 +142,15 @@ class JobManager:
         return GangView(job, self.pods(namespace, name))
 
     def pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        listed = self._core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
-        return [as_dict(pod) for pod in listed.items]
+        listed = read_document(
+            self._core.list_namespaced_pod, namespace, label_selector=f"{JOB_NAME_LABEL}={name}"
+        )
+        return list(listed.get("items") or [])
 
     def find(self, task: str, label: str) -> list[dict[str, Any]]:
         """Jobs of any namespace carrying ``label=task`` (an earlier try's job, to adopt or delete)."""
-        listed = self._batch.list_job_for_all_namespaces(label_selector=f"{label}={task}")
-        return [as_dict(job) for job in listed.items]
+        listed = read_document(self._batch.list_job_for_all_namespaces, label_selector=f"{label}={task}")
+        return list(listed.get("items") or [])
 
     def remove(self, namespace: str, name: str, *, within: float) -> Removal:
         """Delete the Job with its pods (foreground propagation, no grace: a member must never start
