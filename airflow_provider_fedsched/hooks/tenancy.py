@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_fedsched.federation.cycle import (
+    Pending,
     budget_periods,
     concurrent_holds,
     permit_checks,
@@ -102,11 +103,12 @@ def seen_before_hold(hook: HookParts, request: TaskRequest, cluster: str, now: d
     comes after (those its admission counts), of its tenant or on that cluster; none without tenants."""
     if request.tenant is None or not hook.spec.tenants:
         return []
-    return [
-        hold.write
-        for hold in hook.state.reservations.holds({}, now)
-        if hold.write and (hold.tenant == request.tenant or hold.cluster == cluster)
-    ]
+    return _tokens(hook.state.reservations.holds({}, now), request, cluster)
+
+
+def _tokens(holds: Iterable[Pending], request: TaskRequest, cluster: str) -> list[str]:
+    """The ``write`` tokens of ``holds`` a hold of ``request`` on ``cluster`` is judged with."""
+    return [h.write for h in holds if h.write and (h.tenant == request.tenant or h.cluster == cluster)]
 
 
 def admitted(
@@ -156,7 +158,7 @@ def admitted(
             now,
             placement_id,
             tenant=request.tenant,
-            after=seen_before_hold(hook, request, cluster, now),
+            after=_tokens((h for h in holds if h is not own), request, cluster),  # read before this write
         )
     return None  # pragma: no cover - the last round returns
 
